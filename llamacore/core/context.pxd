@@ -1,0 +1,23 @@
+cdef struct _AbortState:
+    bint requested          # set by Context.abort(); checked without the GIL
+    void * callback         # borrowed PyObject* (Context keeps the reference) or NULL
+
+
+cdef class Context:
+    cdef llama.llama_context * ptr
+    cdef llama.llama_memory_t mem
+    cdef readonly Model model
+    cdef readonly int n_ctx
+    cdef readonly int n_ctx_seq
+    cdef readonly int n_batch
+    cdef readonly int n_ubatch
+    cdef readonly int n_seq_max
+    cdef readonly bint embeddings
+    cdef int _n_outputs
+    cdef _AbortState abort_state
+    cdef object abort_callback
+    cdef dict _adapters
+
+    cdef int _validate(self, Batch batch) except -1
+    cdef int _run(self, Batch batch, bint encode) except -1
+    cdef int _check_seq(self, int seq_id, bint allow_all) except -1

@@ -1,0 +1,398 @@
+import errno
+
+# Context: the inference state on one Model (KV cache, outputs, adapters, threads).
+# Every input is checked before it reaches llama.cpp, which would abort on some bad ones.
+
+_FLASH_ATTN = {"auto": llama.LLAMA_FLASH_ATTN_TYPE_AUTO, None: llama.LLAMA_FLASH_ATTN_TYPE_AUTO,
+               True: llama.LLAMA_FLASH_ATTN_TYPE_ENABLED, "on": llama.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+               False: llama.LLAMA_FLASH_ATTN_TYPE_DISABLED, "off": llama.LLAMA_FLASH_ATTN_TYPE_DISABLED}
+_CACHE_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "bf16": 30}
+POOLING_TYPES = {"unspecified": -1, "none": 0, "mean": 1, "cls": 2, "last": 3, "rank": 4}
+
+
+cdef cbool _abort_trampoline(void * data) noexcept nogil:
+    cdef _AbortState * state = <_AbortState *>data
+    if state.requested:
+        return True
+    if state.callback == NULL:
+        return False
+    with gil:
+        try:
+            return bool((<object>state.callback)())
+        except BaseException:
+            return True
+
+
+def _pooling_code(pooling):
+    if isinstance(pooling, str):
+        if pooling not in POOLING_TYPES:
+            raise ValueError(f"unknown pooling {pooling!r}; expected one of {sorted(POOLING_TYPES)}")
+        return POOLING_TYPES[pooling]
+    return int(pooling)
+
+
+@cython.no_gc_clear
+cdef class Context:
+    """A llama.cpp context: KV cache for `n_seq_max` sequences sharing `n_ctx` cells.
+
+    Logits and embeddings come back as zero-copy NumPy views that are valid until the next
+    decode; copy them to keep them.
+    """
+
+    def __cinit__(self):
+        self.ptr = NULL
+        self.abort_state.requested = False
+        self.abort_state.callback = NULL
+
+    def __init__(self, Model model not None, *, int n_ctx=512, int n_batch=512, int n_ubatch=512,
+                 int n_seq_max=1, n_threads=None, n_threads_batch=None, bint embeddings=False,
+                 pooling="unspecified", attention="unspecified", flash_attn="auto",
+                 str type_k="f16", str type_v="f16", bint offload_kqv=True, bint kv_unified=False,
+                 float rope_freq_base=0.0, float rope_freq_scale=0.0, bint no_perf=False):
+        if self.ptr != NULL:
+            raise RuntimeError("Context is already initialized")
+        if model.ptr == NULL:
+            raise ValueError("model is not loaded")
+        if n_ctx < 0 or n_batch <= 0 or n_ubatch <= 0:
+            raise ValueError("n_ctx must be >= 0 (0 = the model's training context); n_batch and n_ubatch > 0")
+        if n_ubatch > n_batch:
+            n_ubatch = n_batch
+        if not 1 <= n_seq_max <= llama.llama_max_parallel_sequences():
+            raise ValueError(f"n_seq_max must be between 1 and {llama.llama_max_parallel_sequences()}")
+        for name, t in (("type_k", type_k), ("type_v", type_v)):
+            if t not in _CACHE_TYPES:
+                raise ValueError(f"{name} {t!r} is not a KV cache type; expected one of {sorted(_CACHE_TYPES)}")
+        if flash_attn not in _FLASH_ATTN:
+            raise ValueError("flash_attn must be 'auto', True/'on' or False/'off'")
+        cpu = os.cpu_count() or 1
+        cdef llama.llama_context_params p = llama.llama_context_default_params()
+        p.n_ctx = n_ctx
+        p.n_batch = n_batch
+        p.n_ubatch = n_ubatch
+        p.n_seq_max = n_seq_max
+        p.n_threads = n_threads or cpu
+        p.n_threads_batch = n_threads_batch or n_threads or cpu
+        p.embeddings = embeddings
+        p.pooling_type = _pooling_code(pooling)
+        p.attention_type = {"unspecified": -1, "causal": 0, "non_causal": 1}[attention]
+        p.flash_attn_type = _FLASH_ATTN[flash_attn]
+        p.type_k = _CACHE_TYPES[type_k]
+        p.type_v = _CACHE_TYPES[type_v]
+        p.offload_kqv = offload_kqv
+        p.kv_unified = kv_unified
+        p.rope_freq_base = rope_freq_base
+        p.rope_freq_scale = rope_freq_scale
+        p.no_perf = no_perf
+        p.abort_callback = _abort_trampoline
+        p.abort_callback_data = &self.abort_state
+        self.model = model
+        _error_mark()
+        with nogil:
+            self.ptr = llama.llama_init_from_model(model.ptr, p)
+        if self.ptr == NULL:
+            raise ValueError(f"failed to create context: {_errors_since_mark() or 'unknown reason'}")
+        self.mem = llama.llama_get_memory(self.ptr)
+        self.n_ctx = llama.llama_n_ctx(self.ptr)
+        self.n_ctx_seq = llama.llama_n_ctx_seq(self.ptr)
+        self.n_batch = llama.llama_n_batch(self.ptr)
+        self.n_ubatch = llama.llama_n_ubatch(self.ptr)
+        self.n_seq_max = llama.llama_n_seq_max(self.ptr)
+        self.embeddings = embeddings
+        self._adapters = {}
+
+    def __dealloc__(self):
+        if self.ptr != NULL:
+            llama.llama_free(self.ptr)
+            self.ptr = NULL
+
+    def __repr__(self):
+        return f"<Context n_ctx={self.n_ctx} n_seq_max={self.n_seq_max} model={self.model.path!r}>"
+
+    # -- decoding ----------------------------------------------------------------------------
+
+    cdef int _validate(self, Batch batch) except -1:
+        cdef llama.llama_batch * b = &batch.b
+        cdef int i, k, n_out = 0
+        if b.n_tokens == 0:
+            raise ValueError("batch is empty")
+        if b.n_tokens > self.n_batch:
+            raise ValueError(f"batch has {b.n_tokens} tokens, more than n_batch={self.n_batch}")
+        if b.token != NULL:
+            self.model._check_tokens(b.token, b.n_tokens)
+        elif batch.embd != self.model.n_embd:
+            raise ValueError(f"embeddings batch rows have {batch.embd} values; the model needs {self.model.n_embd}")
+        for i in range(b.n_tokens):
+            if b.pos[i] < 0 or b.pos[i] >= self.n_ctx_seq:
+                raise ValueError(f"position {b.pos[i]} of batch token {i} is outside the context "
+                                 f"(each sequence holds {self.n_ctx_seq} positions)")
+            for k in range(b.n_seq_id[i]):
+                if b.seq_id[i][k] < 0 or b.seq_id[i][k] >= self.n_seq_max:
+                    raise ValueError(f"sequence id {b.seq_id[i][k]} of batch token {i} is outside "
+                                     f"0..{self.n_seq_max - 1} (n_seq_max={self.n_seq_max})")
+            n_out += b.logits[i] != 0
+        self._n_outputs = n_out
+        return 0
+
+    cdef int _run(self, Batch batch, bint encode) except -1:
+        self._validate(batch)
+        cdef int32_t rc
+        self.abort_state.requested = False
+        _error_mark()
+        with nogil:
+            if encode:
+                rc = llama.llama_encode(self.ptr, batch.b)
+            else:
+                rc = llama.llama_decode(self.ptr, batch.b)
+        if rc == 0:
+            return 0
+        self._n_outputs = 0
+        if rc == 1:
+            raise ContextFullError(f"no KV cache slot for {batch.b.n_tokens} tokens "
+                                   f"(n_ctx={self.n_ctx}); free sequences or use a larger context")
+        if rc == 2:
+            raise DecodeAbortedError("decode was aborted")
+        raise DecodeError(f"llama_{'encode' if encode else 'decode'} failed ({rc}): "
+                          f"{_errors_since_mark() or 'see llama.cpp log'}")
+
+    def decode(self, Batch batch not None):
+        """Run the model on `batch`, appending its tokens to the KV cache. Releases the GIL."""
+        self._run(batch, False)
+
+    def encode(self, Batch batch not None):
+        """Run an encoder (or a non-causal embedding model) on `batch` without using the KV cache."""
+        self._run(batch, True)
+
+    def abort(self):
+        """Ask a running decode (in another thread) to stop at the next graph node."""
+        self.abort_state.requested = True
+
+    def set_abort_callback(self, callback):
+        """`callback()` returning True stops a running decode; None removes it."""
+        self.abort_callback = callback
+        self.abort_state.callback = <void *>callback if callback is not None else NULL
+
+    # -- outputs -----------------------------------------------------------------------------
+
+    @property
+    def n_outputs(self):
+        return self._n_outputs
+
+    def logits(self, int i=-1):
+        """Logits of output `i` of the last decode (batch index; -1 = last output), zero-copy."""
+        cdef float * p = llama.llama_get_logits_ith(self.ptr, i) if self._n_outputs else NULL
+        if p == NULL:
+            raise IndexError(f"no logits for batch index {i}: request them with logits=True")
+        return np.asarray(<float[:self.model.n_vocab]>p)
+
+    def all_logits(self):
+        """All output rows of the last decode, shape (n_outputs, n_vocab), zero-copy."""
+        cdef float * p = llama.llama_get_logits(self.ptr) if self._n_outputs else NULL
+        if p == NULL:
+            raise IndexError("the last decode produced no logits")
+        return np.asarray(<float[:self._n_outputs, :self.model.n_vocab]>p)
+
+    def embedding(self, int i=-1):
+        """Embedding of output `i` (pooling 'none'), zero-copy."""
+        cdef float * p = llama.llama_get_embeddings_ith(self.ptr, i) if self.embeddings else NULL
+        if p == NULL:
+            raise IndexError(f"no embedding for batch index {i} (context created with embeddings=True?)")
+        return np.asarray(<float[:self.model.n_embd_out]>p)
+
+    def sequence_embedding(self, int seq_id):
+        """Pooled embedding of a sequence (pooling mean/cls/last), zero-copy."""
+        if not 0 <= seq_id < self.n_seq_max:
+            raise ValueError(f"sequence id {seq_id} outside 0..{self.n_seq_max - 1}")
+        cdef float * p = llama.llama_get_embeddings_seq(self.ptr, seq_id) if self.embeddings else NULL
+        if p == NULL:
+            raise IndexError(f"no pooled embedding for sequence {seq_id} (pooling is {self.pooling!r})")
+        n = 1 if llama.llama_get_pooling_type(self.ptr) == llama.LLAMA_POOLING_TYPE_RANK else self.model.n_embd_out
+        return np.asarray(<float[:n]>p)
+
+    @property
+    def pooling(self):
+        code = <int>llama.llama_get_pooling_type(self.ptr)
+        return next(name for name, c in POOLING_TYPES.items() if c == code)
+
+    def set_embeddings(self, bint value):
+        llama.llama_set_embeddings(self.ptr, value)
+        self.embeddings = value
+
+    def set_causal_attn(self, bint value):
+        llama.llama_set_causal_attn(self.ptr, value)
+
+    # -- threads and perf --------------------------------------------------------------------
+
+    @property
+    def n_threads(self): return llama.llama_n_threads(self.ptr)
+    @property
+    def n_threads_batch(self): return llama.llama_n_threads_batch(self.ptr)
+
+    def set_n_threads(self, int n_threads, int n_threads_batch=0):
+        if n_threads <= 0:
+            raise ValueError("n_threads must be positive")
+        llama.llama_set_n_threads(self.ptr, n_threads, n_threads_batch or n_threads)
+
+    def perf(self):
+        """llama.cpp's timing counters for this context."""
+        cdef llama.llama_perf_context_data d = llama.llama_perf_context(self.ptr)
+        return {"t_load_ms": d.t_load_ms, "t_p_eval_ms": d.t_p_eval_ms, "t_eval_ms": d.t_eval_ms,
+                "n_p_eval": d.n_p_eval, "n_eval": d.n_eval, "n_reused": d.n_reused}
+
+    def reset_perf(self):
+        llama.llama_perf_context_reset(self.ptr)
+
+    # -- LoRA --------------------------------------------------------------------------------
+
+    def set_adapters(self, adapters):
+        """Apply exactly these adapters with these scales ({LoraAdapter: scale}); {} clears.
+
+        Only the context's adapter list changes: no weights are read or copied.
+        """
+        items = list(dict(adapters).items())
+        for adapter, scale in items:
+            if not isinstance(adapter, LoraAdapter):
+                raise TypeError(f"expected LoraAdapter keys, got {type(adapter).__name__}")
+            if (<LoraAdapter>adapter).model is not self.model:
+                raise ValueError(f"adapter {(<LoraAdapter>adapter).path} was loaded for another model")
+        cdef Py_ssize_t n = len(items)
+        cdef llama.llama_adapter_lora ** ptrs = <llama.llama_adapter_lora **>malloc(max(n, 1) * sizeof(void *))
+        cdef float * scales = <float *>malloc(max(n, 1) * sizeof(float))
+        cdef int32_t rc
+        try:
+            for k, (adapter, scale) in enumerate(items):
+                ptrs[k] = (<LoraAdapter>adapter).ptr
+                scales[k] = float(scale)
+            rc = llama.llama_set_adapters_lora(self.ptr, ptrs, n, scales)
+        finally:
+            free(ptrs)
+            free(scales)
+        if rc != 0:
+            raise ValueError(f"llama.cpp refused the adapter set ({rc})")
+        self._adapters = {adapter: float(scale) for adapter, scale in items}
+
+    @property
+    def adapters(self):
+        """The applied adapters and their scales."""
+        return dict(self._adapters)
+
+    # -- KV cache ----------------------------------------------------------------------------
+
+    cdef int _check_seq(self, int seq_id, bint allow_all) except -1:
+        if (allow_all and seq_id == -1) or 0 <= seq_id < self.n_seq_max:
+            return 0
+        raise ValueError(f"sequence id {seq_id} outside 0..{self.n_seq_max - 1}")
+
+    def kv_clear(self):
+        llama.llama_memory_clear(self.mem, True)
+
+    def kv_remove(self, int seq_id=-1, int p0=-1, int p1=-1):
+        """Drop positions [p0, p1) of a sequence (-1 = all sequences / open end). False if refused."""
+        self._check_seq(seq_id, True)
+        return llama.llama_memory_seq_rm(self.mem, seq_id, p0, p1)
+
+    def kv_copy(self, int src, int dst, int p0=-1, int p1=-1):
+        """Share positions [p0, p1) of sequence `src` with sequence `dst` (no data copied)."""
+        self._check_seq(src, False)
+        self._check_seq(dst, False)
+        llama.llama_memory_seq_cp(self.mem, src, dst, p0, p1)
+
+    def kv_keep(self, int seq_id):
+        """Drop every sequence but `seq_id`."""
+        self._check_seq(seq_id, False)
+        llama.llama_memory_seq_keep(self.mem, seq_id)
+
+    def kv_shift(self, int seq_id, int p0, int p1, int delta):
+        """Add `delta` to the positions [p0, p1) of a sequence (context shifting)."""
+        self._check_seq(seq_id, False)
+        if not llama.llama_memory_can_shift(self.mem):
+            raise ValueError("this model's memory does not support position shifts")
+        llama.llama_memory_seq_add(self.mem, seq_id, p0, p1, delta)
+
+    def kv_pos_min(self, int seq_id):
+        self._check_seq(seq_id, False)
+        return llama.llama_memory_seq_pos_min(self.mem, seq_id)
+
+    def kv_pos_max(self, int seq_id):
+        """Largest cached position of the sequence, -1 if empty."""
+        self._check_seq(seq_id, False)
+        return llama.llama_memory_seq_pos_max(self.mem, seq_id)
+
+    # -- state -------------------------------------------------------------------------------
+
+    def save_state(self):
+        """The whole context state (KV cache, outputs) as bytes."""
+        cdef size_t size = llama.llama_state_get_size(self.ptr)
+        cdef bytearray buf = bytearray(size)
+        cdef uint8_t * dst = buf
+        with nogil:
+            size = llama.llama_state_get_data(self.ptr, dst, size)
+        return bytes(buf[:size])
+
+    def load_state(self, const uint8_t[::1] data not None):
+        """Restore a state from save_state(); ValueError if it does not fit this context."""
+        cdef size_t n
+        if data.shape[0] == 0:
+            raise ValueError("state is empty")
+        _error_mark()
+        with nogil:
+            n = llama.llama_state_set_data(self.ptr, &data[0], data.shape[0])
+        if n == 0:
+            raise ValueError(f"state does not match this context: {_errors_since_mark() or 'rejected'}")
+
+    def save_sequence_state(self, int seq_id):
+        """One sequence's KV cache as bytes."""
+        self._check_seq(seq_id, False)
+        cdef size_t size = llama.llama_state_seq_get_size(self.ptr, seq_id)
+        cdef bytearray buf = bytearray(size)
+        cdef uint8_t * dst = buf
+        with nogil:
+            size = llama.llama_state_seq_get_data(self.ptr, dst, size, seq_id)
+        return bytes(buf[:size])
+
+    def load_sequence_state(self, const uint8_t[::1] data not None, int seq_id):
+        self._check_seq(seq_id, False)
+        cdef size_t n
+        if data.shape[0] == 0:
+            raise ValueError("state is empty")
+        _error_mark()
+        with nogil:
+            n = llama.llama_state_seq_set_data(self.ptr, &data[0], data.shape[0], seq_id)
+        if n == 0:
+            raise ValueError(f"sequence state does not fit: {_errors_since_mark() or 'rejected'}")
+
+    def save_state_file(self, path, tokens=()):
+        """Write the state and the `tokens` it was computed from to a session file."""
+        cdef bytes bpath = os.fspath(path).encode()
+        cdef const char * cpath = bpath
+        cdef Py_ssize_t n = len(tokens)
+        cdef llama_token * toks = <llama_token *>malloc(max(n, 1) * sizeof(llama_token))
+        cdef bint ok
+        try:
+            for i in range(n):
+                toks[i] = tokens[i]
+            with nogil:
+                ok = llama.llama_state_save_file(self.ptr, cpath, toks, n)
+        finally:
+            free(toks)
+        if not ok:
+            raise OSError(f"could not write state file {path}")
+
+    def load_state_file(self, path):
+        """Restore a session file; returns the tokens it was saved with."""
+        path = os.fspath(path)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(errno.ENOENT, "state file not found", path)
+        cdef bytes bpath = path.encode()
+        cdef const char * cpath = bpath
+        cdef size_t cap = self.n_ctx, count = 0
+        cdef llama_token * toks = <llama_token *>malloc(max(cap, 1) * sizeof(llama_token))
+        cdef bint ok
+        try:
+            _error_mark()
+            with nogil:
+                ok = llama.llama_state_load_file(self.ptr, cpath, toks, cap, &count)
+            if not ok:
+                raise ValueError(f"could not load state file {path}: {_errors_since_mark() or 'rejected'}")
+            return [toks[i] for i in range(count)]
+        finally:
+            free(toks)

@@ -1,0 +1,332 @@
+# Model: a loaded GGUF (weights + vocabulary). Owns its llama_model; adapters and contexts hold
+# a reference to it so it is freed last.
+import errno
+
+
+def _check_gguf_file(path, what):
+    """Fail with a Python exception before llama.cpp sees a file it cannot read."""
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(errno.ENOENT, f"{what} file not found", path)
+    if os.path.isdir(path):
+        raise IsADirectoryError(errno.EISDIR, f"{what} path is a directory", path)
+    with open(path, "rb") as f:
+        magic = f.read(4)
+    if magic != b"GGUF":
+        raise ValueError(f"{path} is not a GGUF file (starts with {magic!r}, expected b'GGUF')")
+    return path
+
+
+cdef bytes _meta_string(int32_t (*getter)(const void *, int32_t, char *, size_t) noexcept nogil,
+                        const void * obj, int32_t i):
+    cdef char small[256]
+    cdef int32_t n = getter(obj, i, small, sizeof(small))
+    if n < 0:
+        return None
+    if n < <int32_t>sizeof(small):
+        return small[:n]
+    cdef char * big = <char *>malloc(n + 1)
+    if big == NULL:
+        raise MemoryError()
+    try:
+        getter(obj, i, big, n + 1)
+        return big[:n]
+    finally:
+        free(big)
+
+
+cdef int32_t _model_key(const void * m, int32_t i, char * buf, size_t size) noexcept nogil:
+    return llama.llama_model_meta_key_by_index(<const llama.llama_model *>m, i, buf, size)
+
+
+cdef int32_t _model_val(const void * m, int32_t i, char * buf, size_t size) noexcept nogil:
+    return llama.llama_model_meta_val_str_by_index(<const llama.llama_model *>m, i, buf, size)
+
+
+cdef dict _model_metadata(const llama.llama_model * m):
+    cdef dict out = {}
+    cdef int32_t i
+    for i in range(llama.llama_model_meta_count(m)):
+        key = _meta_string(_model_key, m, i)
+        val = _meta_string(_model_val, m, i)
+        if key is not None:
+            out[key.decode("utf-8", "replace")] = (val or b"").decode("utf-8", "replace")
+    return out
+
+
+_LOAD_MODES = {
+    (False, False): llama.LLAMA_LOAD_MODE_NONE,
+    (True, False): llama.LLAMA_LOAD_MODE_MMAP,
+    (False, True): llama.LLAMA_LOAD_MODE_MLOCK,
+    (True, True): llama.LLAMA_LOAD_MODE_MMAP_MLOCK,
+}
+
+
+cdef class Model:
+    """A GGUF model loaded with llama.cpp.
+
+    Loading releases the GIL. A missing file raises FileNotFoundError; a file llama.cpp
+    cannot load (not GGUF, truncated, unknown architecture) raises ValueError with its reason.
+    """
+
+    def __cinit__(self):
+        self.ptr = NULL
+        self.vocab = NULL
+
+    def __init__(self, path, *, int n_gpu_layers=0, bint use_mmap=True, bint use_mlock=False,
+                 bint vocab_only=False, int main_gpu=0, tensor_split=None, dict kv_overrides=None,
+                 str split_mode="layer", bint check_tensors=False):
+        if self.ptr != NULL:
+            raise RuntimeError("Model is already initialized")
+        self.path = _check_gguf_file(path, "model")
+        cdef llama.llama_model_params params = llama.llama_model_default_params()
+        params.n_gpu_layers = n_gpu_layers
+        params.load_mode = _LOAD_MODES[(use_mmap, use_mlock)]
+        params.vocab_only = vocab_only
+        params.main_gpu = main_gpu
+        params.check_tensors = check_tensors
+        params.split_mode = {"none": llama.LLAMA_SPLIT_MODE_NONE, "layer": llama.LLAMA_SPLIT_MODE_LAYER,
+                             "row": llama.LLAMA_SPLIT_MODE_ROW}[split_mode]
+
+        cdef float * split = NULL
+        cdef llama.llama_model_kv_override * overrides = NULL
+        cdef bytes bpath = self.path.encode()
+        cdef const char * cpath = bpath
+        try:
+            if tensor_split:
+                if len(tensor_split) > llama.llama_max_devices():
+                    raise ValueError(f"tensor_split has {len(tensor_split)} entries; "
+                                     f"at most {llama.llama_max_devices()} devices are supported")
+                split = <float *>malloc(llama.llama_max_devices() * sizeof(float))
+                for i in range(llama.llama_max_devices()):
+                    split[i] = tensor_split[i] if i < len(tensor_split) else 0.0
+                params.tensor_split = split
+            if kv_overrides:
+                overrides = _build_kv_overrides(kv_overrides)
+                params.kv_overrides = overrides
+            _error_mark()
+            with nogil:
+                self.ptr = llama.llama_model_load_from_file(cpath, params)
+        finally:
+            free(split)
+            free(overrides)
+        if self.ptr == NULL:
+            reason = _errors_since_mark() or "unknown reason"
+            raise ValueError(f"failed to load model {self.path}: {reason}")
+        self.vocab = llama.llama_model_get_vocab(self.ptr)
+        self.n_vocab = llama.llama_vocab_n_tokens(self.vocab)
+
+    def __dealloc__(self):
+        if self.ptr != NULL:
+            llama.llama_model_free(self.ptr)
+            self.ptr = NULL
+
+    def __repr__(self):
+        return f"<Model {self.path!r} {self.desc}>"
+
+    # -- sizes and metadata ------------------------------------------------------------------
+
+    @property
+    def metadata(self):
+        """All scalar GGUF metadata as strings (arrays are not exposed by llama.cpp)."""
+        if self._metadata is None:
+            self._metadata = _model_metadata(self.ptr)
+        return dict(self._metadata)
+
+    @property
+    def desc(self):
+        cdef char buf[256]
+        n = llama.llama_model_desc(self.ptr, buf, sizeof(buf))
+        return buf[:max(n, 0)].decode("utf-8", "replace")
+
+    @property
+    def architecture(self):
+        return self.metadata.get("general.architecture", "")
+
+    @property
+    def n_ctx_train(self): return llama.llama_model_n_ctx_train(self.ptr)
+    @property
+    def n_embd(self): return llama.llama_model_n_embd(self.ptr)
+    @property
+    def n_embd_out(self): return llama.llama_model_n_embd_out(self.ptr)
+    @property
+    def n_layer(self): return llama.llama_model_n_layer(self.ptr)
+    @property
+    def n_head(self): return llama.llama_model_n_head(self.ptr)
+    @property
+    def n_head_kv(self): return llama.llama_model_n_head_kv(self.ptr)
+    @property
+    def n_params(self): return llama.llama_model_n_params(self.ptr)
+    @property
+    def size(self):
+        """Bytes of all tensors."""
+        return llama.llama_model_size(self.ptr)
+    @property
+    def has_encoder(self): return llama.llama_model_has_encoder(self.ptr)
+    @property
+    def has_decoder(self): return llama.llama_model_has_decoder(self.ptr)
+    @property
+    def is_recurrent(self): return llama.llama_model_is_recurrent(self.ptr)
+
+    def chat_template(self, name=None):
+        """The GGUF's chat template (`tokenizer.chat_template[.name]`), or None."""
+        cdef bytes bname = name.encode() if name is not None else None
+        cdef const char * t = llama.llama_model_chat_template(self.ptr, <const char *>bname if bname is not None else NULL)
+        return t.decode("utf-8", "replace") if t != NULL else None
+
+    # -- vocabulary --------------------------------------------------------------------------
+
+    @property
+    def token_bos(self): return llama.llama_vocab_bos(self.vocab)
+    @property
+    def token_eos(self): return llama.llama_vocab_eos(self.vocab)
+    @property
+    def token_eot(self): return llama.llama_vocab_eot(self.vocab)
+    @property
+    def token_nl(self): return llama.llama_vocab_nl(self.vocab)
+    @property
+    def token_sep(self): return llama.llama_vocab_sep(self.vocab)
+    @property
+    def token_pad(self): return llama.llama_vocab_pad(self.vocab)
+    @property
+    def add_bos(self): return llama.llama_vocab_get_add_bos(self.vocab)
+    @property
+    def add_eos(self): return llama.llama_vocab_get_add_eos(self.vocab)
+    @property
+    def vocab_type(self): return <int>llama.llama_vocab_get_type(self.vocab)
+
+    def is_eog(self, int token):
+        """True for end-of-generation tokens (EOS, EOT, ...)."""
+        return 0 <= token < self.n_vocab and llama.llama_vocab_is_eog(self.vocab, token)
+
+    def is_control(self, int token):
+        return 0 <= token < self.n_vocab and llama.llama_vocab_is_control(self.vocab, token)
+
+    def token_text(self, int token):
+        self._check_token(token)
+        return llama.llama_vocab_get_text(self.vocab, token).decode("utf-8", "replace")
+
+    def token_score(self, int token):
+        self._check_token(token)
+        return llama.llama_vocab_get_score(self.vocab, token)
+
+    def _check_token(self, int token):
+        if not 0 <= token < self.n_vocab:
+            raise IndexError(f"token id {token} is out of range for a vocabulary of {self.n_vocab}")
+
+    cdef int _check_tokens(self, const llama_token * tokens, Py_ssize_t n) except -1:
+        cdef Py_ssize_t i
+        for i in range(n):
+            if tokens[i] < 0 or tokens[i] >= self.n_vocab:
+                raise IndexError(f"token id {tokens[i]} at position {i} is out of range "
+                                 f"for a vocabulary of {self.n_vocab}")
+        return 0
+
+    def tokenize(self, text, bint add_special=True, bint parse_special=False):
+        """Token ids of `text` (str or UTF-8 bytes); add_special adds BOS/EOS as the model wants."""
+        cdef bytes data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+        if len(data) > 0x7FFFFFF0:
+            raise ValueError("text is too long to tokenize")
+        cdef int32_t cap = len(data) + 8
+        cdef llama_token * out = <llama_token *>malloc(cap * sizeof(llama_token))
+        if out == NULL:
+            raise MemoryError()
+        cdef int32_t n
+        try:
+            n = llama.llama_tokenize(self.vocab, data, len(data), out, cap, add_special, parse_special)
+            if n < 0:
+                cap = -n
+                free(out)
+                out = <llama_token *>malloc(cap * sizeof(llama_token))
+                if out == NULL:
+                    raise MemoryError()
+                n = llama.llama_tokenize(self.vocab, data, len(data), out, cap, add_special, parse_special)
+            if n < 0:
+                raise ValueError("tokenization failed")
+            return [out[i] for i in range(n)]
+        finally:
+            free(out)
+
+    cdef bytes _piece(self, llama_token token, bint special):
+        cdef char buf[64]
+        cdef int32_t n = llama.llama_token_to_piece(self.vocab, token, buf, sizeof(buf), 0, special)
+        if n >= 0:
+            return buf[:n]
+        cdef char * big = <char *>malloc(-n)
+        try:
+            n = llama.llama_token_to_piece(self.vocab, token, big, -n, 0, special)
+            return big[:max(n, 0)]
+        finally:
+            free(big)
+
+    def token_to_piece(self, int token, bint special=False):
+        """The bytes one token stands for (may be part of a multi-byte UTF-8 character)."""
+        self._check_token(token)
+        return self._piece(token, special)
+
+    def detokenize(self, tokens, bint remove_special=False, bint unparse_special=False):
+        """Bytes of a token sequence, as llama.cpp joins them (leading-space rules applied)."""
+        cdef Py_ssize_t n = len(tokens)
+        if n == 0:
+            return b""
+        cdef llama_token * buf = <llama_token *>malloc(n * sizeof(llama_token))
+        cdef char * text = NULL
+        cdef int32_t cap, got
+        if buf == NULL:
+            raise MemoryError()
+        try:
+            for i in range(n):
+                buf[i] = tokens[i]
+            self._check_tokens(buf, n)
+            cap = <int32_t>(n * 8 + 16)
+            text = <char *>malloc(cap)
+            got = llama.llama_detokenize(self.vocab, buf, n, text, cap, remove_special, unparse_special)
+            if got < 0:
+                cap = -got
+                free(text)
+                text = <char *>malloc(cap)
+                got = llama.llama_detokenize(self.vocab, buf, n, text, cap, remove_special, unparse_special)
+            if got < 0:
+                raise ValueError("detokenization failed")
+            return text[:got]
+        finally:
+            free(buf)
+            free(text)
+
+
+cdef llama.llama_model_kv_override * _build_kv_overrides(dict overrides) except NULL:
+    """Array of llama_model_kv_override terminated by an empty key (caller frees)."""
+    cdef Py_ssize_t n = len(overrides)
+    cdef llama.llama_model_kv_override * arr = <llama.llama_model_kv_override *>calloc(n + 1, sizeof(llama.llama_model_kv_override))
+    if arr == NULL:
+        raise MemoryError()
+    cdef bytes bkey, bval
+    i = 0
+    for key, value in overrides.items():
+        bkey = str(key).encode()
+        if len(bkey) >= 128:
+            free(arr)
+            raise ValueError(f"kv_overrides key {key!r} is longer than 127 bytes")
+        strncpy(arr[i].key, bkey, 127)
+        if isinstance(value, bool):
+            arr[i].tag = llama.LLAMA_KV_OVERRIDE_TYPE_BOOL
+            arr[i].val_bool = value
+        elif isinstance(value, int):
+            arr[i].tag = llama.LLAMA_KV_OVERRIDE_TYPE_INT
+            arr[i].val_i64 = value
+        elif isinstance(value, float):
+            arr[i].tag = llama.LLAMA_KV_OVERRIDE_TYPE_FLOAT
+            arr[i].val_f64 = value
+        elif isinstance(value, str):
+            bval = value.encode()
+            if len(bval) >= 128:
+                free(arr)
+                raise ValueError(f"kv_overrides value for {key!r} is longer than 127 bytes")
+            arr[i].tag = llama.LLAMA_KV_OVERRIDE_TYPE_STR
+            strncpy(arr[i].val_str, bval, 127)
+        else:
+            free(arr)
+            raise TypeError(f"kv_overrides value for {key!r} must be bool, int, float or str")
+        i += 1
+    return arr
+

@@ -1,0 +1,112 @@
+# Sampler: a llama.cpp sampler chain, so token selection runs in C on the context's logits.
+# Each add_* appends one stage and returns the sampler, so chains read as one expression.
+
+
+cdef class Sampler:
+    """A chain of llama.cpp samplers, e.g. ``Sampler().top_k(40).top_p(0.95).temp(0.8).dist(42)``.
+
+    A chain must end with a selecting stage (greedy, dist or mirostat) before `sample`.
+    """
+
+    def __cinit__(self):
+        cdef llama.llama_sampler_chain_params params = llama.llama_sampler_chain_default_params()
+        params.no_perf = True
+        self.chain = llama.llama_sampler_chain_init(params)
+        self.stages = []
+        if self.chain == NULL:
+            raise MemoryError()
+
+    def __dealloc__(self):
+        if self.chain != NULL:
+            llama.llama_sampler_free(self.chain)
+            self.chain = NULL
+
+    def __repr__(self):
+        return f"<Sampler {' -> '.join(self.stages) or 'empty'}>"
+
+    cdef _add(self, llama.llama_sampler * stage, str name):
+        if stage == NULL:
+            raise ValueError(f"could not create sampler stage {name}: {_errors_since_mark() or 'rejected'}")
+        llama.llama_sampler_chain_add(self.chain, stage)   # the chain now owns the stage
+        self.stages.append(name)
+        return self
+
+    def greedy(self):
+        return self._add(llama.llama_sampler_init_greedy(), "greedy")
+
+    def dist(self, seed=None):
+        """Sample from the distribution; seed None picks a random seed."""
+        cdef uint32_t s = llama.LLAMA_DEFAULT_SEED if seed is None or seed < 0 else (<uint32_t>(seed & 0xFFFFFFFF))
+        return self._add(llama.llama_sampler_init_dist(s), "dist")
+
+    def temp(self, float t):
+        return self._add(llama.llama_sampler_init_temp(t), "temp")
+
+    def top_k(self, int k):
+        return self._add(llama.llama_sampler_init_top_k(k), "top_k")
+
+    def top_p(self, float p, size_t min_keep=1):
+        return self._add(llama.llama_sampler_init_top_p(p, min_keep), "top_p")
+
+    def min_p(self, float p, size_t min_keep=1):
+        return self._add(llama.llama_sampler_init_min_p(p, min_keep), "min_p")
+
+    def typical(self, float p, size_t min_keep=1):
+        return self._add(llama.llama_sampler_init_typical(p, min_keep), "typical")
+
+    def mirostat_v2(self, seed=None, float tau=5.0, float eta=0.1):
+        cdef uint32_t s = llama.LLAMA_DEFAULT_SEED if seed is None else (<uint32_t>(seed & 0xFFFFFFFF))
+        return self._add(llama.llama_sampler_init_mirostat_v2(s, tau, eta), "mirostat_v2")
+
+    def penalties(self, int last_n=64, float repeat=1.0, float frequency=0.0, float presence=0.0):
+        """Repetition (multiplicative), frequency and presence (additive) penalties over last_n tokens."""
+        if not repeat > 0.0:
+            raise ValueError(f"repeat penalty must be > 0, got {repeat}")
+        if last_n < -1:
+            raise ValueError("last_n must be >= -1 (-1 = whole context)")
+        return self._add(llama.llama_sampler_init_penalties(0, last_n, repeat, frequency, presence), "penalties")
+
+    def logit_bias(self, Model model not None, bias):
+        """Add bias[token] to the logit of each token ({token_id: bias})."""
+        items = list(dict(bias).items())
+        cdef Py_ssize_t n = len(items)
+        cdef llama.llama_logit_bias * arr = <llama.llama_logit_bias *>malloc(max(n, 1) * sizeof(llama.llama_logit_bias))
+        try:
+            for k, (token, value) in enumerate(items):
+                model._check_token(int(token))
+                arr[k].token = int(token)
+                arr[k].bias = float(value)
+            return self._add(llama.llama_sampler_init_logit_bias(model.n_vocab, n, arr), "logit_bias")
+        finally:
+            free(arr)
+
+    def grammar(self, Model model not None, str grammar, str root="root"):
+        """Constrain tokens to a GBNF grammar; ValueError with llama.cpp's reason if it does not parse."""
+        if not grammar.strip():
+            raise ValueError("grammar is empty")
+        cdef bytes g = grammar.encode()
+        cdef bytes r = root.encode()
+        _error_mark()
+        return self._add(llama.llama_sampler_init_grammar(model.vocab, g, r), "grammar")
+
+    def sample(self, Context ctx not None, int idx=-1):
+        """Pick a token from output `idx` of the last decode and accept it into the chain."""
+        if self.chain == NULL or not self.stages:
+            raise ValueError("sampler chain is empty")
+        if ctx._n_outputs == 0 or llama.llama_get_logits_ith(ctx.ptr, idx) == NULL:
+            raise IndexError(f"no logits for batch index {idx}")
+        cdef llama_token token
+        with nogil:
+            token = llama.llama_sampler_sample(self.chain, ctx.ptr, idx)
+        return token
+
+    def accept(self, int token):
+        """Tell stateful stages (penalties, grammar) about a token chosen elsewhere."""
+        llama.llama_sampler_accept(self.chain, token)
+
+    def reset(self):
+        llama.llama_sampler_reset(self.chain)
+
+    @property
+    def seed(self):
+        return llama.llama_sampler_get_seed(self.chain)

@@ -1,0 +1,106 @@
+"""Build llama.cpp (static libraries, via CMake) and the llamacore Cython extension against it.
+
+Extra CMake flags come from $CMAKE_ARGS as with llama-cpp-python, e.g.
+CMAKE_ARGS="-DGGML_CUDA=ON" pip install -e . ; each flag set gets its own build folder under
+build/llama.cpp/, so switching back and forth rebuilds incrementally. ccache is used when found.
+"""
+
+import hashlib
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT / "vendor"))
+import fetch  # noqa: E402  (vendor/fetch.py)
+
+LLAMA_CMAKE_FLAGS = [
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DBUILD_SHARED_LIBS=OFF",
+    "-DCMAKE_POSITION_INDEPENDENT_CODE=ON",
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DLLAMA_BUILD_TOOLS=OFF",
+    "-DLLAMA_BUILD_SERVER=OFF",
+    "-DLLAMA_BUILD_COMMON=OFF",
+    "-DLLAMA_CURL=OFF",
+]
+
+
+def cmake_build_dir(user_args: list[str]) -> Path:
+    tag = hashlib.sha1(" ".join(user_args).encode()).hexdigest()[:10] if user_args else "cpu"
+    return ROOT / "build" / "llama.cpp" / tag
+
+
+def build_llama_cpp() -> Path:
+    """Configure (first time) and build the `llama` target; returns the build folder."""
+    source = fetch.ensure_source()
+    user_args = shlex.split(os.environ.get("CMAKE_ARGS", ""))
+    build = cmake_build_dir(user_args)
+    flags = list(LLAMA_CMAKE_FLAGS)
+    if shutil.which("ccache"):
+        flags += ["-DCMAKE_C_COMPILER_LAUNCHER=ccache", "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache"]
+    if not (build / "CMakeCache.txt").exists():
+        subprocess.run(["cmake", "-S", str(source), "-B", str(build), *flags, *user_args], check=True)
+    jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 2))
+    subprocess.run(["cmake", "--build", str(build), "--target", "llama", "-j", jobs], check=True)
+    return build
+
+
+def cmake_cache_value(build: Path, key: str) -> str | None:
+    for line in (build / "CMakeCache.txt").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return line.split("=", 1)[1]
+    return None
+
+
+def link_args(build: Path) -> list[str]:
+    """Static libraries in dependency order, plus what the enabled backends need."""
+    libs = [build / "src" / "libllama.a", build / "ggml" / "src" / "libggml.a"]
+    backends = sorted(p for p in (build / "ggml" / "src").rglob("libggml-*.a") if p.name != "libggml-base.a")
+    libs += backends + [build / "ggml" / "src" / "libggml-base.a"]
+    args = ["-Wl,--start-group", *map(str, libs), "-Wl,--end-group", "-fopenmp", "-lpthread", "-ldl"]
+    names = {p.name for p in backends}
+    if "libggml-cuda.a" in names:
+        cuda_lib = cmake_cache_value(build, "CUDAToolkit_LIBRARY_DIR") or "/usr/local/cuda/lib64"
+        args += [f"-L{cuda_lib}", f"-Wl,-rpath,{cuda_lib}", "-lcudart", "-lcublas", "-lcublasLt", "-lcuda"]
+    if "libggml-vulkan.a" in names:
+        args += ["-lvulkan"]
+    if "libggml-blas.a" in names:
+        args += ["-lopenblas"]
+    return args
+
+
+class BuildWithLlamaCpp(build_ext):
+    def run(self):
+        build = build_llama_cpp()
+        source = fetch.TREE
+        for ext in self.extensions:
+            ext.include_dirs += [str(source / "include"), str(source / "ggml" / "include")]
+            ext.extra_link_args += link_args(build)
+        super().run()
+
+
+def extensions():
+    import numpy
+    from Cython.Build import cythonize
+
+    core = Extension(
+        "llamacore._core",
+        sources=["llamacore/_core.pyx"],
+        include_dirs=[numpy.get_include()],
+        language="c++",
+        extra_compile_args=["-O2", "-std=c++17"],
+        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+    )
+    return cythonize([core], include_path=[str(ROOT)], language_level=3,
+                     compiler_directives={"embedsignature": True})
+
+
+setup(ext_modules=extensions(), cmdclass={"build_ext": BuildWithLlamaCpp})
