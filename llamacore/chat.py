@@ -1,0 +1,164 @@
+"""Chat completions on top of `Llama`: template rendering, structured output and tool calls."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from llamacore import tool_calls
+from llamacore.chat_format import render_chat, resolve_template
+from llamacore.completion import new_id
+from llamacore.json_grammar import JSON_GRAMMAR, schema_to_grammar
+
+if TYPE_CHECKING:
+    from llamacore._core import Model
+    from llamacore.llama import Llama
+
+# End-of-turn markers that a template may write as plain text; generation stops on them.
+TURN_END_MARKERS = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>", "<|endoftext|>", "</s>")
+
+
+def resolve(model: Model, chat_format: str | None, chat_template: str | None) -> str:
+    return resolve_template(chat_format, chat_template, model.chat_template())
+
+
+def grammar_for(response_format: dict[str, Any] | None) -> str | None:
+    """GBNF for an OpenAI `response_format` (json_object or json_schema), None for text."""
+    if not response_format:
+        return None
+    kind = response_format.get("type", "text")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        schema = response_format.get("schema")          # llama-cpp-python's extension
+        return schema_to_grammar(schema) if schema else JSON_GRAMMAR
+    if kind == "json_schema":
+        spec = response_format.get("json_schema") or {}
+        schema = spec.get("schema", spec if "type" in spec else None)
+        if not isinstance(schema, dict):
+            raise ValueError("response_format.json_schema.schema must be a JSON schema object")
+        return schema_to_grammar(schema)
+    raise ValueError(f"unsupported response_format type {kind!r} (expected text, json_object or json_schema)")
+
+
+def _special_text(model: Model, token: int) -> str:
+    return model.token_to_piece(token, True).decode("utf-8", "replace") if token >= 0 else ""
+
+
+def prompt_tokens(llm: Llama, messages: list[dict[str, Any]], tools: list | None) -> tuple[list[int], list[str]]:
+    """Rendered, tokenized prompt and the stop strings the template implies."""
+    if not messages:
+        raise ValueError("messages must contain at least one message")
+    model = llm.model
+    bos, eos = _special_text(model, model.token_bos), _special_text(model, model.token_eos)
+    text = render_chat(llm.chat_template, messages, bos_token=bos, eos_token=eos,
+                       add_generation_prompt=True, tools=tools)
+    tokens = model.tokenize(text, add_special=False, parse_special=True)
+    if model.add_bos and (not tokens or tokens[0] != model.token_bos):
+        tokens.insert(0, model.token_bos)
+    stops = [m for m in TURN_END_MARKERS if m in llm.chat_template]
+    return tokens, stops
+
+
+def _tool_setup(llm: Llama, tools: list | None, tool_choice: Any) -> tuple[list | None, str | None]:
+    """Tools to render and a grammar that forces a call when tool_choice demands one."""
+    if not tools or tool_choice == "none":
+        return (None if tool_choice == "none" else tools), None
+    style = tool_calls.style_for(llm.chat_template)
+    if tool_choice == "required":
+        return tools, tool_calls.forcing_grammar(tools, style)
+    if isinstance(tool_choice, dict):
+        name = (tool_choice.get("function") or {}).get("name")
+        chosen = [t for t in tools if (t.get("function") or t).get("name") == name]
+        if not chosen:
+            raise ValueError(f"tool_choice names function {name!r}, which is not among the tools")
+        return tools, tool_calls.forcing_grammar(chosen, style)
+    return tools, None
+
+
+def create_chat_completion(llm: Llama, messages: list[dict[str, Any]], *, tools: list | None = None,
+                           tool_choice: Any = None, functions: list | None = None, function_call: Any = None,
+                           temperature: float = 0.2, stream: bool = False, stop: str | list[str] | None = None,
+                           response_format: dict | None = None, grammar: str | None = None,
+                           logprobs: bool = False, top_logprobs: int | None = None,
+                           max_tokens: int | None = None, model: str | None = None,
+                           **sampling: Any) -> dict[str, Any] | Iterator[dict[str, Any]]:
+    if functions and not tools:
+        tools = [{"type": "function", "function": f} for f in functions]
+        tool_choice = ({"type": "function", "function": function_call} if isinstance(function_call, dict)
+                       else function_call)
+    tools, tool_grammar = _tool_setup(llm, tools, tool_choice)
+    tokens, template_stops = prompt_tokens(llm, messages, tools)
+    user_stops = [stop] if isinstance(stop, str) else list(stop or [])
+    completion = llm.create_completion(
+        tokens, max_tokens=max_tokens, temperature=temperature, stop=template_stops + user_stops,
+        stream=stream, grammar=grammar or tool_grammar or grammar_for(response_format),
+        logprobs=(top_logprobs or 0) if logprobs else None, model=model, **sampling,
+    )
+    name = model or llm.model_path
+    style = tool_calls.style_for(llm.chat_template)
+    if stream:
+        return _chat_chunks(completion, name, bool(tools), style)
+    choice = completion["choices"][0]
+    message: dict[str, Any] = {"role": "assistant", "content": choice["text"]}
+    finish = choice["finish_reason"]
+    if tools:
+        content, calls = tool_calls.parse(choice["text"], style)
+        if calls:
+            message = {"role": "assistant", "content": content, "tool_calls": calls}
+            finish = "tool_calls"
+    lp = choice["logprobs"]
+    return {
+        "id": new_id("chatcmpl"), "object": "chat.completion", "created": int(time.time()), "model": name,
+        "choices": [{"index": 0, "message": message, "logprobs": _chat_logprobs(lp) if lp else None,
+                     "finish_reason": finish}],
+        "usage": completion["usage"],
+    }
+
+
+def _chat_logprobs(lp: dict[str, Any]) -> dict[str, Any]:
+    """Legacy completion logprobs -> chat `logprobs.content` entries."""
+    def item(text: str, value: float | None) -> dict[str, Any]:
+        return {"token": text, "logprob": value, "bytes": list(text.encode("utf-8"))}
+    return {"content": [{**item(t, v), "top_logprobs": [item(k, x) for k, x in top.items()]}
+                        for t, v, top in zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"])]}
+
+
+def _chat_chunks(chunks: Iterator[dict[str, Any]], name: str, buffer_tools: bool,
+                 style: str) -> Iterator[dict[str, Any]]:
+    """Completion chunks -> chat.completion.chunk objects (role first, then content deltas).
+
+    With tools, content is held until the end so a tool call can be returned as `tool_calls`.
+    """
+    cid, created = new_id("chatcmpl"), int(time.time())
+
+    def chunk(delta: dict[str, Any], finish: str | None, lp: dict | None = None) -> dict[str, Any]:
+        return {"id": cid, "object": "chat.completion.chunk", "created": created, "model": name,
+                "choices": [{"index": 0, "delta": delta, "logprobs": lp, "finish_reason": finish}]}
+
+    yield chunk({"role": "assistant", "content": ""}, None)
+    held = []
+    for c in chunks:
+        choice = c["choices"][0]
+        if choice["finish_reason"] is not None:
+            finish = choice["finish_reason"]
+            if buffer_tools:
+                content, calls = tool_calls.parse("".join(held), style)
+                if calls:
+                    if content:
+                        yield chunk({"content": content}, None)
+                    yield chunk({"tool_calls": [{"index": i, **call} for i, call in enumerate(calls)]}, None)
+                    finish = "tool_calls"
+                elif held:
+                    yield chunk({"content": "".join(held)}, None)
+            yield chunk({}, finish)
+            return
+        if buffer_tools:
+            held.append(choice["text"])
+        elif choice["text"] or choice["logprobs"]:
+            lp = _chat_logprobs(choice["logprobs"]) if choice["logprobs"] else None
+            yield chunk({"content": choice["text"]}, None, lp)
+
+
+__all__ = ["create_chat_completion", "grammar_for", "prompt_tokens", "resolve"]

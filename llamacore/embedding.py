@@ -1,0 +1,82 @@
+"""Embeddings for `Llama.embed`: many inputs packed as separate sequences into few decodes."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from llamacore._core import Batch
+
+if TYPE_CHECKING:
+    from llamacore.llama import Llama
+
+
+def _token_lists(llm: Llama, input: Any) -> tuple[bool, list[list[int]]]:
+    """(single?, token lists) for a string, a token list, or a list of either."""
+    if isinstance(input, str) or (isinstance(input, list) and input and isinstance(input[0], int)):
+        items, single = [input], True
+    else:
+        items, single = list(input), False
+    if not items:
+        raise ValueError("input must not be empty")
+    lists = []
+    for item in items:
+        if isinstance(item, str):
+            tokens = llm.model.tokenize(item, add_special=True, parse_special=False)
+        else:
+            tokens = [int(t) for t in item]
+            bad = [t for t in tokens if not 0 <= t < llm.model.n_vocab]
+            if bad:
+                raise ValueError(f"token {bad[0]} is outside the vocabulary (0..{llm.model.n_vocab - 1})")
+        if not tokens:
+            raise ValueError("an input produced no tokens")
+        lists.append(tokens)
+    return single, lists
+
+
+def _normalized(v: np.ndarray) -> np.ndarray:
+    norm = np.linalg.norm(v, axis=-1, keepdims=True)
+    return v / np.maximum(norm, 1e-12)
+
+
+def embed(llm: Llama, input: Any, *, normalize: bool, truncate: bool, return_count: bool):
+    ctx, model = llm.ctx, llm.model
+    single, lists = _token_lists(llm, input)
+    limit = ctx.n_batch
+    for i, tokens in enumerate(lists):
+        if len(tokens) > limit:
+            if not truncate:
+                raise ValueError(f"input {i} has {len(tokens)} tokens; the limit is {limit} (n_batch)")
+            lists[i] = tokens[:limit]
+    per_token = ctx.pooling == "none"
+    run = ctx.encode if model.has_encoder and not model.has_decoder else ctx.decode
+    results: list[Any] = [None] * len(lists)
+    batch = Batch(limit)
+    group: list[int] = []
+
+    def flush() -> None:
+        run(batch)
+        row = 0
+        for seq, index in enumerate(group):
+            if per_token:
+                n = len(lists[index])
+                rows = np.stack([ctx.embedding(row + k) for k in range(n)])
+                row += n
+                results[index] = _normalized(rows) if normalize else rows.copy()
+            else:
+                v = ctx.sequence_embedding(seq)
+                results[index] = _normalized(v) if normalize else v.copy()
+        ctx.kv_clear()
+        batch.clear()
+        group.clear()
+
+    for index, tokens in enumerate(lists):
+        if group and (batch.n_tokens + len(tokens) > limit or len(group) == ctx.n_seq_max):
+            flush()
+        batch.add_sequence(tokens, 0, len(group), logits_last=True, logits_all=per_token)
+        group.append(index)
+    flush()
+    out = [r.tolist() for r in results]
+    value = out[0] if single else out
+    return (value, sum(map(len, lists))) if return_count else value

@@ -1,0 +1,473 @@
+"""JSON Schema -> GBNF (llama.cpp grammar syntax) for constrained JSON generation.
+
+The grammar only ever produces valid JSON, and whitespace between tokens is
+bounded (at most a newline plus 16 blanks) so a sampler cannot wander in
+whitespace forever. Supported keywords are listed in ``schema_to_grammar``;
+anything else raises ValueError naming the keyword, because silently ignoring
+a constraint would let the model produce output the caller's validator rejects.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import unquote
+
+__all__ = ["JSON_GRAMMAR", "schema_to_grammar"]
+
+# name -> (body, rules the body references); emitted only when used, in this order.
+_PRIMITIVES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "value": (
+        "object | array | string | number | boolean | null",
+        ("object", "array", "string", "number", "boolean", "null"),
+    ),
+    "object": (r'"{" ws (string ":" ws value ("," ws string ":" ws value)*)? "}" ws', ("string", "value", "ws")),
+    "array": (r'"[" ws (value ("," ws value)*)? "]" ws', ("value", "ws")),
+    "string": (r'"\"" char* "\"" ws', ("char", "ws")),
+    "char": (r'[^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})', ()),
+    "number": (r'"-"? ("0" | [1-9] [0-9]{0,15}) ("." [0-9]{1,16})? ([eE] [-+]? [0-9]{1,3})? ws', ("ws",)),
+    "integer": (r'"-"? ("0" | [1-9] [0-9]{0,15}) ws', ("ws",)),
+    "boolean": ('("true" | "false") ws', ("ws",)),
+    "null": ('"null" ws', ("ws",)),
+    "ws": (r'| " " | "\n" [ \t]{0,16}', ()),
+}
+
+_MAX_INT_DIGITS = 16  # matches the integer part of the number/integer rules above
+
+# Keywords that never constrain output and are skipped (``format`` is an annotation
+# by default in JSON Schema, so plain strings still validate).
+_ANNOTATIONS = frozenset(
+    {
+        "$schema", "$id", "$comment", "$defs", "definitions", "title", "description", "default",
+        "examples", "deprecated", "readOnly", "writeOnly", "format", "contentEncoding", "contentMediaType",
+    }
+)
+_SUPPORTED = frozenset(
+    {
+        "type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref",
+        "properties", "required", "additionalProperties",
+        "items", "prefixItems", "minItems", "maxItems",
+        "minLength", "maxLength",
+        "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+    }
+)
+_INT_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+_TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")
+_NAME = re.compile(r"^[a-zA-Z0-9-]+$")
+
+
+def _quote(text: str) -> str:
+    """GBNF string literal for ``text``."""
+    escapes = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+    out = []
+    for ch in text:
+        if ch in escapes:
+            out.append(escapes[ch])
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\x{ord(ch):02X}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def _literal(value: Any, ws: str, path: str) -> str:
+    """Sequence matching the JSON ``value`` with optional whitespace between its tokens (ending in ``ws``)."""
+    if isinstance(value, list):
+        items = f' "," {ws} '.join(_literal(v, ws, path) for v in value)
+        return f'"[" {ws} {items} "]" {ws}' if items else f'"[" {ws} "]" {ws}'
+    if isinstance(value, dict):
+        if not all(isinstance(k, str) for k in value):
+            raise ValueError(f"{path}: enum/const object keys must be strings")
+        members = f' "," {ws} '.join(f"{_quote(json.dumps(k, ensure_ascii=False))} {ws} \":\" {ws} {_literal(v, ws, path)}" for k, v in value.items())
+        return f'"{{" {ws} {members} "}}" {ws}' if members else f'"{{" {ws} "}}" {ws}'
+    try:
+        return f"{_quote(json.dumps(value, ensure_ascii=False, allow_nan=False))} {ws}"
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{path}: enum/const value {value!r} is not JSON-serializable: {exc}") from None
+
+
+_ATOM = re.compile(r'^([a-zA-Z0-9-]+|"([^"\\]|\\.)*"|\[([^\]\\]|\\.)*\])$')
+
+
+def _group(alts: list[str]) -> str:
+    """Alternatives (each a sequence) as one sequence element."""
+    return alts[0] if len(alts) == 1 else "(" + " | ".join(alts) + ")"
+
+
+def _repeat(expr: str, lo: int, hi: int | None) -> str:
+    """``expr`` repeated lo..hi times (hi None = unbounded); '' when it can only occur zero times."""
+    if hi == 0:
+        return ""
+    atom = expr if _ATOM.match(expr) else f"({expr})"
+    if hi is None:
+        return {0: f"{atom}*", 1: f"{atom}+"}.get(lo, f"{atom}{{{lo},}}")
+    if lo == hi:
+        return atom if lo == 1 else f"{atom}{{{lo}}}"
+    return f"{atom}?" if (lo, hi) == (0, 1) else f"{atom}{{{lo},{hi}}}"
+
+
+def _digits_range(a: str, b: str) -> list[str]:
+    """Alternatives matching equal-length digit strings from ``a`` to ``b`` inclusive."""
+    prefix = os.path.commonprefix([a, b])
+    if prefix == a:
+        return [_quote(a)]
+    if prefix:
+        return [f"{_quote(prefix)} {_group(_digits_range(a[len(prefix):], b[len(prefix):]))}"]
+    if len(a) == 1:
+        return [f"[{a}-{b}]"]
+    rest = len(a) - 1
+    alts, tail = [], []
+    first, last = int(a[0]), int(b[0])
+    if a[1:] != "0" * rest:
+        alts.append(f"{_quote(a[0])} {_group(_digits_range(a[1:], '9' * rest))}")
+        first += 1
+    if b[1:] != "9" * rest:
+        tail.append(f"{_quote(b[0])} {_group(_digits_range('0' * rest, b[1:]))}")
+        last -= 1
+    if first <= last:
+        digit = f"[{first}]" if first == last else f"[{first}-{last}]"
+        alts.append(f"{digit} {_repeat('[0-9]', rest, rest)}")
+    return alts + tail
+
+
+def _uint_range(lo: int, hi: int | None) -> list[str]:
+    """Alternatives matching non-negative integers in [lo, hi] without leading zeros (hi None = unbounded)."""
+    alts = []
+    lo_len = len(str(lo))
+    max_len = max(_MAX_INT_DIGITS, lo_len)
+    for length in range(lo_len, (len(str(hi)) if hi is not None else max_len) + 1):
+        if hi is None and length > lo_len:
+            alts.append(f"[1-9] {_repeat('[0-9]', length - 1, max_len - 1)}")
+            break
+        start = max(lo, 10 ** (length - 1) if length > 1 else 0)
+        end = 10**length - 1 if hi is None else min(hi, 10**length - 1)
+        alts.extend(_digits_range(str(start), str(end)))
+    return alts
+
+
+def _int_range(lo: int | None, hi: int | None) -> str:
+    """Sequence element (without trailing ws) for integers in [lo, hi]; None means unbounded on that side."""
+    alts = []
+    if lo is None or lo < 0:
+        smallest = 1 if hi is None or hi >= 0 else -hi
+        alts.append(f'"-" {_group(_uint_range(smallest, None if lo is None else -lo))}')
+    if hi is None or hi >= 0:
+        alts.extend(_uint_range(0 if lo is None else max(lo, 0), hi))
+    return _group(alts)
+
+
+class _Converter:
+    """Walks one schema document, emitting a rule per object/array/alternation and per $ref target."""
+
+    def __init__(self, document: Mapping[str, Any]) -> None:
+        self.document = document
+        self.rules: dict[str, str] = {"root": ""}
+        self.by_body: dict[str, str] = {}
+        self.refs: dict[str, str] = {"#": "root"}
+        self.used: set[str] = set()
+
+    # --- rule bookkeeping ---
+    def prim(self, name: str) -> str:
+        if name not in self.used:
+            self.used.add(name)
+            for dep in _PRIMITIVES[name][1]:
+                self.prim(dep)
+        return name
+
+    def fresh(self, hint: str) -> str:
+        base = re.sub(r"[^a-zA-Z0-9]+", "-", hint).strip("-") or "r"
+        name, n = base, 0
+        while name in self.rules or name in _PRIMITIVES:
+            n += 1
+            name = f"{base}-{n}"
+        return name
+
+    def rule(self, hint: str, body: str) -> str:
+        """Name for ``body``, reusing an identical rule so repeated sub-schemas stay compact."""
+        if _NAME.match(body):
+            return body
+        if body not in self.by_body:
+            name = self.fresh(hint)
+            self.rules[name] = body
+            self.by_body[body] = name
+        return self.by_body[body]
+
+    def visit(self, schema: Any, hint: str, path: str) -> str:
+        """Rule name matching ``schema`` (with trailing whitespace)."""
+        return self.rule(hint, self.body(schema, hint, path))
+
+    # --- $ref / allOf ---
+    def resolve(self, ref: str, path: str) -> Any:
+        if not isinstance(ref, str) or not ref.startswith("#"):
+            raise ValueError(f"{path}: only local '$ref' values ('#/...') are supported, got {ref!r}")
+        node: Any = self.document
+        for part in filter(None, unquote(ref[1:]).split("/")):
+            key = part.replace("~1", "/").replace("~0", "~")
+            try:
+                node = node[int(key)] if isinstance(node, list) else node[key]
+            except (KeyError, IndexError, ValueError, TypeError):
+                raise ValueError(f"{path}: '$ref' {ref!r} does not resolve") from None
+        return node
+
+    def expand(self, schema: Any, path: str, seen: frozenset[str] = frozenset()) -> dict:
+        """``schema`` with its $ref and allOf inlined into one dict (for merging)."""
+        if schema is True:
+            return {}
+        if not isinstance(schema, Mapping):
+            raise ValueError(f"{path}: expected a schema object, got {schema!r}")
+        if "$ref" not in schema and "allOf" not in schema:
+            return dict(schema)
+        parts = []
+        if "$ref" in schema:
+            ref = schema["$ref"]
+            if ref in seen:
+                raise ValueError(f"{path}: circular '$ref' {ref!r} inside 'allOf'")
+            parts.append(self.expand(self.resolve(ref, path), ref, seen | {ref}))
+        all_of = schema.get("allOf", [])
+        if "allOf" in schema and (not isinstance(all_of, list) or not all_of):
+            raise ValueError(f"{path}: 'allOf' must be a non-empty list")
+        parts += [self.expand(sub, f"{path}/allOf/{i}", seen) for i, sub in enumerate(all_of)]
+        parts.append({k: v for k, v in schema.items() if k not in ("$ref", "allOf")})
+        merged: dict[str, Any] = {}
+        for part in parts:
+            for key, value in part.items():
+                if key in _ANNOTATIONS:
+                    continue
+                if key == "properties":
+                    props = merged.setdefault("properties", {})
+                    for name, sub in value.items():
+                        props[name] = {"allOf": [props[name], sub]} if props.get(name, sub) != sub else sub
+                elif key == "required":
+                    merged["required"] = list(dict.fromkeys([*merged.get("required", []), *value]))
+                elif key in merged and merged[key] != value:
+                    raise ValueError(f"{path}: 'allOf' parts have conflicting {key!r} values")
+                else:
+                    merged[key] = value
+        return merged
+
+    # --- schema bodies ---
+    def body(self, schema: Any, hint: str, path: str) -> str:
+        """GBNF expression (possibly an alternation) matching ``schema``."""
+        if schema is True or schema == {}:
+            return self.prim("value")
+        if schema is False:
+            raise ValueError(f"{path}: schema 'false' matches nothing")
+        if not isinstance(schema, Mapping):
+            raise ValueError(f"{path}: expected a schema object, got {schema!r}")
+        unknown = sorted(set(schema) - _SUPPORTED - _ANNOTATIONS)
+        if unknown:
+            raise ValueError(f"{path}: unsupported JSON Schema keyword(s): {', '.join(map(repr, unknown))}")
+        constraints = {k: v for k, v in schema.items() if k not in _ANNOTATIONS}
+        if "allOf" in constraints or ("$ref" in constraints and len(constraints) > 1):
+            return self.body(self.expand(constraints, path), hint, path)
+        if "$ref" in constraints:
+            return self.ref(constraints["$ref"], path)
+        if "anyOf" in constraints or "oneOf" in constraints:
+            return self.alternatives(constraints, hint, path)
+        if "const" in constraints:
+            return _literal(constraints["const"], self.prim("ws"), path)
+        if "enum" in constraints:
+            values = constraints["enum"]
+            if not isinstance(values, list) or not values:
+                raise ValueError(f"{path}: 'enum' must be a non-empty list")
+            return " | ".join(dict.fromkeys(_literal(v, self.prim("ws"), path) for v in values))
+        kind = constraints.get("type", self.infer_type(constraints))
+        if isinstance(kind, list):
+            if not kind:
+                raise ValueError(f"{path}: 'type' list is empty")
+            return " | ".join(self.visit({**constraints, "type": t}, f"{hint}-{t}", path) for t in kind)
+        if kind is None:
+            return self.prim("value")
+        if kind not in _TYPES:
+            raise ValueError(f"{path}: unknown type {kind!r}")
+        if kind != "integer":
+            bad = [k for k in _INT_BOUNDS if k in constraints]
+            if bad:
+                raise ValueError(f"{path}: keyword {bad[0]!r} is only supported with type 'integer'")
+        if kind == "object":
+            return self.object(constraints, hint, path)
+        if kind == "array":
+            return self.array(constraints, hint, path)
+        if kind == "string":
+            return self.string(constraints, path)
+        if kind == "integer":
+            return self.integer(constraints, path)
+        return self.prim(kind)
+
+    @staticmethod
+    def infer_type(schema: Mapping[str, Any]) -> str | None:
+        """Type implied by type-specific keywords when 'type' is absent (None: any value)."""
+        for kind, keys in (
+            ("object", ("properties", "required", "additionalProperties")),
+            ("array", ("items", "prefixItems", "minItems", "maxItems")),
+            ("string", ("minLength", "maxLength")),
+            ("integer", _INT_BOUNDS),
+        ):
+            if any(k in schema for k in keys):
+                return kind
+        return None
+
+    def ref(self, ref: str, path: str) -> str:
+        if ref not in self.refs:
+            target = self.resolve(ref, path)
+            name = self.fresh(ref.rsplit("/", 1)[-1])
+            self.refs[ref] = name
+            self.rules[name] = ""  # reserve the name so recursive references resolve to it
+            self.rules[name] = self.body(target, name, ref)
+        return self.refs[ref]
+
+    def alternatives(self, schema: Mapping[str, Any], hint: str, path: str) -> str:
+        if "anyOf" in schema and "oneOf" in schema:
+            raise ValueError(f"{path}: 'anyOf' and 'oneOf' together are not supported")
+        key = "anyOf" if "anyOf" in schema else "oneOf"
+        branches = schema[key]
+        if not isinstance(branches, list) or not branches:
+            raise ValueError(f"{path}: {key!r} must be a non-empty list")
+        siblings = {k: v for k, v in schema.items() if k != key}
+        alts = []
+        for i, branch in enumerate(branches):
+            if siblings:  # keywords next to anyOf apply to every branch
+                branch = {**siblings, **({} if branch is True else branch)}
+            alts.append(self.visit(branch, f"{hint}-{i}", f"{path}/{key}/{i}"))
+        return " | ".join(dict.fromkeys(alts))
+
+    def object(self, schema: Mapping[str, Any], hint: str, path: str) -> str:
+        props = dict(schema.get("properties", {}))
+        required = schema.get("required", [])
+        if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
+            raise ValueError(f"{path}: 'required' must be a list of strings")
+        for name in required:
+            props.setdefault(name, {})
+        # Extra keys are allowed only for a bare object (or when asked): a declared
+        # shape is usually meant to be exact, as in OpenAI strict structured outputs.
+        additional = schema.get("additionalProperties", "properties" not in schema)
+        if not props and additional in (True, {}):
+            return self.prim("object")
+        ws = self.prim("ws")
+        prefix = "" if hint == "root" else f"{hint}-"
+        members = []  # (kv rule, required)
+        for name, sub in props.items():
+            value = self.visit(sub, f"{prefix}{name}", f"{path}/properties/{name}")
+            kv = self.rule(f"{prefix}{name}-kv", f"{_quote(json.dumps(name, ensure_ascii=False))} {ws} \":\" {ws} {value}")
+            members.append((kv, name in required))
+        extra = None
+        if additional is not False:
+            value = self.visit({} if additional is True else additional, f"{prefix}additional", f"{path}/additionalProperties")
+            extra = self.rule(f"{prefix}additional-kv", f'{self.prim("string")} ":" {ws} {value}')
+
+        def after(start: int) -> str:
+            parts = [f'"," {ws} {kv}' if req else f'("," {ws} {kv})?' for kv, req in members[start:]]
+            if extra:
+                parts.append(f'("," {ws} {extra})*')
+            return " ".join(parts)
+
+        # A member opens the object when every earlier member is optional and absent.
+        alts, nullable = [], True
+        for i, (kv, req) in enumerate(members):
+            alts.append(f"{kv} {after(i + 1)}".strip())
+            if req:
+                nullable = False
+                break
+        if nullable and extra:
+            alts.append(f"{extra} {after(len(members))}")
+        if not alts:
+            return f'"{{" {ws} "}}" {ws}'
+        inner = alts[0] if len(alts) == 1 and not nullable else "(" + " | ".join(alts) + ")" + ("?" if nullable else "")
+        return f'"{{" {ws} {inner} "}}" {ws}'
+
+    def array(self, schema: Mapping[str, Any], hint: str, path: str) -> str:
+        ws = self.prim("ws")
+        lo, hi = self.bounds(schema, "minItems", "maxItems", path)
+        items = schema.get("items", {})
+        tuple_items = schema.get("prefixItems", items if isinstance(items, list) else None)
+        if tuple_items is not None:
+            if "prefixItems" in schema and items not in ({}, False):
+                raise ValueError(f"{path}: 'items' next to 'prefixItems' must be false (fixed-length tuples only)")
+            if lo > len(tuple_items) or (hi is not None and hi < len(tuple_items)):
+                raise ValueError(f"{path}: minItems/maxItems contradict the tuple length {len(tuple_items)}")
+            atoms = [self.visit(s, f"{hint}-{i}", f"{path}/prefixItems/{i}") for i, s in enumerate(tuple_items)]
+            inner = f' "," {ws} '.join(atoms)
+        elif items is False or hi == 0:
+            if lo > 0:
+                raise ValueError(f"{path}: 'minItems' contradicts an array that must be empty")
+            inner = ""
+        else:
+            item = self.visit(items, f"{hint}-item", f"{path}/items")
+            rest = _repeat(f'"," {ws} {item}', max(lo - 1, 0), None if hi is None else hi - 1)
+            inner = f"{item} {rest}".strip()
+            if lo == 0:
+                inner = f"({inner})?"
+        return f'"[" {ws} {inner} "]" {ws}' if inner else f'"[" {ws} "]" {ws}'
+
+    def string(self, schema: Mapping[str, Any], path: str) -> str:
+        lo, hi = self.bounds(schema, "minLength", "maxLength", path)
+        if lo == 0 and hi is None:
+            return self.prim("string")
+        chars = _repeat(self.prim("char"), lo, hi)
+        return f'"\\"" {chars} "\\"" {self.prim("ws")}' if chars else f'"\\"\\"" {self.prim("ws")}'
+
+    def integer(self, schema: Mapping[str, Any], path: str) -> str:
+        lo, hi = schema.get("minimum"), schema.get("maximum")
+        for key, value in (("minimum", lo), ("maximum", hi)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                raise ValueError(f"{path}: {key!r} must be a number")
+        lo = None if lo is None else math.ceil(lo)
+        hi = None if hi is None else math.floor(hi)
+        ex_lo, ex_hi = schema.get("exclusiveMinimum"), schema.get("exclusiveMaximum")
+        # Draft 4 spells exclusivity as a boolean modifier of minimum/maximum.
+        if ex_lo is True and lo is not None and lo == schema["minimum"]:
+            lo += 1
+        elif isinstance(ex_lo, (int, float)) and not isinstance(ex_lo, bool):
+            lo = max(math.floor(ex_lo) + 1, lo if lo is not None else -math.inf)
+        if ex_hi is True and hi is not None and hi == schema["maximum"]:
+            hi -= 1
+        elif isinstance(ex_hi, (int, float)) and not isinstance(ex_hi, bool):
+            hi = min(math.ceil(ex_hi) - 1, hi if hi is not None else math.inf)
+        if lo is None and hi is None:
+            return self.prim("integer")
+        if lo is not None and hi is not None and lo > hi:
+            raise ValueError(f"{path}: integer bounds leave no valid value")
+        return f"{_int_range(lo, hi)} {self.prim('ws')}"
+
+    @staticmethod
+    def bounds(schema: Mapping[str, Any], lo_key: str, hi_key: str, path: str) -> tuple[int, int | None]:
+        lo, hi = schema.get(lo_key, 0), schema.get(hi_key)
+        for key, value in ((lo_key, lo), (hi_key, hi)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise ValueError(f"{path}: {key!r} must be a non-negative integer")
+        if hi is not None and lo > hi:
+            raise ValueError(f"{path}: {lo_key!r} is greater than {hi_key!r}")
+        return lo, hi
+
+    def grammar(self) -> str:
+        self.rules["root"] = self.body(self.document, "root", "#")
+        lines = [f"{name} ::= {body}" for name, body in self.rules.items()]
+        lines += [f"{name} ::= {body}" for name, (body, _) in _PRIMITIVES.items() if name in self.used]
+        return "\n".join(lines) + "\n"
+
+
+def schema_to_grammar(schema: Mapping[str, Any]) -> str:
+    """Convert a JSON Schema to a GBNF grammar whose ``root`` rule matches conforming JSON.
+
+    Supported: type (including lists), enum, const, anyOf/oneOf (oneOf's exclusivity
+    is not enforced), allOf (merged; conflicting keywords raise), local $ref
+    (``#/$defs/...``, ``#/definitions/...``, any ``#/`` pointer, recursion allowed),
+    object properties/required/additionalProperties, array items/prefixItems/minItems/
+    maxItems, string minLength/maxLength, integer minimum/maximum/exclusive bounds,
+    and {} / true for any JSON value.
+
+    Objects keep properties in declared order; optional ones may be omitted. When
+    ``properties`` is given, additionalProperties defaults to false (unlike JSON
+    Schema) so the model sticks to the declared shape; a bare ``{"type": "object"}``
+    accepts any object. Annotations (title, description, default, format, ...) are
+    ignored; any other keyword raises ValueError naming it.
+    """
+    return _Converter(schema).grammar()
+
+
+JSON_GRAMMAR: str = schema_to_grammar({"type": "object"})
+"""Grammar for ``response_format={"type": "json_object"}``: any JSON object."""

@@ -1,0 +1,370 @@
+"""`Llama`: the high-level API, method-compatible with llama-cpp-python's `Llama`.
+
+One model, one context, one sequence. Sampling runs in llama.cpp's C sampler chain; Python
+only moves token ids, so per-token overhead stays small. The KV cache of the previous call is
+reused for the longest common token prefix, but only when the LoRA adapters and scales it was
+computed with are the ones active now.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+from llamacore import chat, embedding
+from llamacore._core import Batch, Context, LoraAdapter, Model, set_verbose
+from llamacore.completion import (
+    CompletionLogprobs, TokenLogprob, completion_chunk, completion_response, new_id,
+)
+from llamacore.sampling import SamplingParams
+from llamacore.text_stream import TextStream
+
+
+class Llama:
+    """Load a GGUF model (plus any LoRA adapters) and run completions, chat and embeddings."""
+
+    def __init__(
+        self,
+        model_path: str | os.PathLike,
+        *,
+        n_gpu_layers: int = 0,
+        split_mode: str = "layer",
+        main_gpu: int = 0,
+        tensor_split: list[float] | None = None,
+        vocab_only: bool = False,
+        use_mmap: bool = True,
+        use_mlock: bool = False,
+        kv_overrides: dict[str, bool | int | float | str] | None = None,
+        seed: int | None = None,
+        n_ctx: int = 512,
+        n_batch: int = 512,
+        n_ubatch: int = 512,
+        n_threads: int | None = None,
+        n_threads_batch: int | None = None,
+        rope_freq_base: float = 0.0,
+        rope_freq_scale: float = 0.0,
+        embedding: bool = False,
+        pooling_type: int | str = "unspecified",
+        flash_attn: bool | str = "auto",
+        type_k: str = "f16",
+        type_v: str = "f16",
+        offload_kqv: bool = True,
+        lora_adapters: dict[str, float] | None = None,
+        lora_path: str | None = None,
+        lora_scale: float = 1.0,
+        chat_format: str | None = None,
+        chat_template: str | None = None,
+        verbose: bool = False,
+    ) -> None:
+        set_verbose(verbose)
+        self.model_path = os.fspath(model_path)
+        self.verbose = verbose
+        self.seed = seed
+        self.model = Model(self.model_path, n_gpu_layers=n_gpu_layers, use_mmap=use_mmap, use_mlock=use_mlock,
+                           vocab_only=vocab_only, main_gpu=main_gpu, tensor_split=tensor_split,
+                           kv_overrides=kv_overrides, split_mode=split_mode)
+        self.embedding = embedding
+        if n_ctx == 0:
+            n_ctx = self.model.n_ctx_train
+        if embedding:
+            n_ubatch = n_batch = max(n_batch, n_ubatch)   # non-causal models need a whole input per ubatch
+        self.ctx = Context(
+            self.model, n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch,
+            n_seq_max=embedding_sequences(n_batch) if embedding else 1, kv_unified=embedding,
+            n_threads=n_threads, n_threads_batch=n_threads_batch, embeddings=embedding,
+            pooling=pooling_type, flash_attn=flash_attn, type_k=type_k, type_v=type_v,
+            offload_kqv=offload_kqv, rope_freq_base=rope_freq_base, rope_freq_scale=rope_freq_scale,
+        )
+        self._batch = Batch(self.ctx.n_batch)
+        self._cached: list[int] = []             # tokens whose KV entries sit in sequence 0
+        self._cache_key: tuple = ()             # adapter set those entries were computed with
+        self._adapters: dict[str, LoraAdapter] = {}
+        self._scales: dict[str, float] = {}
+        adapters = dict(lora_adapters or {})
+        if lora_path:
+            adapters[lora_path] = lora_scale
+        for path, scale in adapters.items():
+            self._adapters[os.fspath(path)] = LoraAdapter(self.model, path)
+            self._scales[os.fspath(path)] = float(scale)
+        self._apply_adapters()
+        self.chat_template = chat.resolve(self.model, chat_format, chat_template)
+
+    # -- model facts (methods, as in llama-cpp-python) ---------------------------------------
+
+    def n_ctx(self) -> int:
+        return self.ctx.n_ctx
+
+    def n_vocab(self) -> int:
+        return self.model.n_vocab
+
+    def n_embd(self) -> int:
+        return self.model.n_embd
+
+    def token_bos(self) -> int:
+        return self.model.token_bos
+
+    def token_eos(self) -> int:
+        return self.model.token_eos
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        return self.model.metadata
+
+    def tokenize(self, text: bytes | str, add_bos: bool = True, special: bool = False) -> list[int]:
+        return self.model.tokenize(text, add_special=add_bos, parse_special=special)
+
+    def detokenize(self, tokens: list[int], prev_tokens: list[int] | None = None, special: bool = False) -> bytes:
+        """Bytes of `tokens`; with `prev_tokens`, only the bytes the new tokens add."""
+        if prev_tokens:
+            whole = self.model.detokenize(list(prev_tokens) + list(tokens), False, special)
+            return whole[len(self.model.detokenize(list(prev_tokens), False, special)):]
+        return self.model.detokenize(list(tokens), False, special)
+
+    # -- LoRA --------------------------------------------------------------------------------
+
+    @property
+    def lora_adapters(self) -> dict[str, float]:
+        """Loaded adapters and their current scales (0 = loaded but inactive)."""
+        return dict(self._scales)
+
+    def set_lora_adapter_scale(self, path: str | os.PathLike, scale: float) -> None:
+        """Change one adapter's scale in place; nothing is reloaded. Unknown paths raise KeyError."""
+        key = os.fspath(path)
+        if key not in self._adapters:
+            raise KeyError(f"LoRA adapter {key} is not loaded; loaded: {sorted(self._adapters)}")
+        self._scales[key] = float(scale)
+        self._apply_adapters()
+
+    def _apply_adapters(self) -> None:
+        active = {self._adapters[p]: s for p, s in self._scales.items() if s != 0.0}
+        self.ctx.set_adapters(active)
+
+    def _adapter_key(self) -> tuple:
+        return tuple(sorted((p, s) for p, s in self._scales.items() if s != 0.0))
+
+    # -- state -------------------------------------------------------------------------------
+
+    def reset(self) -> None:
+        """Forget the cached prompt (the next call evaluates from scratch)."""
+        self.ctx.kv_clear()
+        self._cached = []
+
+    def save_state(self) -> dict[str, Any]:
+        return {"state": self.ctx.save_state(), "tokens": list(self._cached), "key": self._cache_key}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.ctx.load_state(state["state"])
+        self._cached = list(state["tokens"])
+        self._cache_key = tuple(state["key"])
+
+    # -- evaluation --------------------------------------------------------------------------
+
+    def eval(self, tokens: list[int], logits_all: bool = False) -> list:
+        """Bring sequence 0 to exactly `tokens`, reusing the cached prefix when valid.
+
+        Returns the logits of every token evaluated when `logits_all`, else [].
+        """
+        if not tokens:
+            raise ValueError("prompt is empty")
+        if len(tokens) > self.ctx.n_ctx:
+            raise ValueError(f"Requested tokens ({len(tokens)}) exceed context window of {self.ctx.n_ctx}")
+        key = self._adapter_key()
+        if key != self._cache_key:
+            self.ctx.kv_clear()
+            self._cached = []
+            self._cache_key = key
+        keep = 0 if logits_all else min(common_prefix(self._cached, tokens), len(tokens) - 1)
+        if keep < len(self._cached) and not self.ctx.kv_remove(0, keep, -1):
+            self.ctx.kv_clear()
+            keep = 0
+        del self._cached[keep:]
+        rows = []
+        batch, step = self._batch, self.ctx.n_batch
+        for start in range(keep, len(tokens), step):
+            chunk = tokens[start:start + step]
+            batch.clear()
+            batch.add_sequence(chunk, start, 0, True, logits_all)
+            self.ctx.decode(batch)
+            self._cached.extend(chunk)
+            if logits_all:
+                rows.extend(self.ctx.all_logits().copy())
+        return rows
+
+    def generate(self, tokens: list[int], sampling: SamplingParams, *, max_tokens: int,
+                 ignore_eos: bool = False) -> Iterator[int]:
+        """Yield sampled tokens until EOS (unless ignored), `max_tokens` or a full context.
+
+        The caller may stop iterating at any time; the cache then holds the prompt plus every
+        token that was decoded.
+        """
+        sampler = sampling.build(self.model)
+        self.eval(tokens)
+        ctx, batch, model, n_ctx = self.ctx, self._batch, self.model, self.ctx.n_ctx
+        pos = len(tokens)
+        for _ in range(max_tokens):
+            token = sampler.sample(ctx)
+            yield token
+            if (not ignore_eos and model.is_eog(token)) or pos >= n_ctx:
+                return
+            batch.clear()
+            batch.add(token, pos, 0, True)
+            ctx.decode(batch)
+            self._cached.append(token)
+            pos += 1
+
+    # -- completions -------------------------------------------------------------------------
+
+    def create_completion(self, prompt: str | list[int], suffix: str | None = None, max_tokens: int | None = 16,
+                          temperature: float = 0.8, top_p: float = 0.95, min_p: float = 0.05,
+                          typical_p: float = 1.0, logprobs: int | None = None, echo: bool = False,
+                          stop: str | list[str] | None = None, frequency_penalty: float = 0.0,
+                          presence_penalty: float = 0.0, repeat_penalty: float = 1.0, top_k: int = 40,
+                          stream: bool = False, seed: int | None = None, mirostat_mode: int = 0,
+                          mirostat_tau: float = 5.0, mirostat_eta: float = 0.1, model: str | None = None,
+                          logit_bias: dict[int, float] | None = None, grammar: str | None = None,
+                          response_format: dict | None = None, ignore_eos: bool = False,
+                          **_ignored: Any) -> dict[str, Any] | Iterator[dict[str, Any]]:
+        """OpenAI-style text completion; `stream=True` returns an iterator of chunks."""
+        sampling = SamplingParams(
+            temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
+            repeat_penalty=repeat_penalty, presence_penalty=presence_penalty,
+            frequency_penalty=frequency_penalty, mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau,
+            mirostat_eta=mirostat_eta, seed=self.seed if seed is None else seed,
+            logit_bias={int(k): float(v) for k, v in (logit_bias or {}).items()},
+            grammar=grammar or chat.grammar_for(response_format),
+        )
+        sampling.validate()
+        tokens = self._prompt_tokens(prompt, suffix)
+        stops = [stop] if isinstance(stop, str) else list(stop or [])
+        events = self._run(tokens, sampling, max_tokens, stops, logprobs, echo, ignore_eos)
+        name = model or self.model_path
+        if stream:
+            return self._stream_chunks(events, name)
+        return self._collect(events, name, len(tokens))
+
+    __call__ = create_completion
+
+    def _prompt_tokens(self, prompt: str | list[int], suffix: str | None) -> list[int]:
+        if suffix:
+            raise ValueError("suffix (fill-in-the-middle) is not supported by this model")
+        if isinstance(prompt, (list, tuple)):
+            tokens = [int(t) for t in prompt]
+            for t in tokens:
+                if not 0 <= t < self.model.n_vocab:
+                    raise ValueError(f"prompt token {t} is outside the vocabulary (0..{self.model.n_vocab - 1})")
+            return tokens or [self.model.token_bos]
+        return self.model.tokenize(prompt, add_special=True, parse_special=False) or [self.model.token_bos]
+
+    def _run(self, tokens: list[int], sampling: SamplingParams, max_tokens: int | None, stops: list[str],
+             n_logprobs: int | None, echo: bool, ignore_eos: bool) -> Iterator[tuple]:
+        """Yield ("text", delta, logprob_entry|None) events, then ("end", finish_reason, n_generated)."""
+        room = self.ctx.n_ctx - len(tokens)
+        if room < 0 or len(tokens) > self.ctx.n_ctx:
+            raise ValueError(f"Requested tokens ({len(tokens)}) exceed context window of {self.ctx.n_ctx}")
+        limit = room if max_tokens is None or max_tokens <= 0 else min(max_tokens, room)
+        want_lp = n_logprobs is not None
+        stream = TextStream(stops)
+        if echo:
+            yield from self._echo(tokens, n_logprobs)
+        n_out, finish = 0, "length"
+        piece = self._piece_text
+        for token in self.generate(tokens, sampling, max_tokens=limit, ignore_eos=ignore_eos) if limit > 0 else ():
+            n_out += 1
+            if not ignore_eos and self.model.is_eog(token):
+                finish = "stop"
+                break
+            entry = TokenLogprob.from_logits(self.ctx.logits(-1), token, n_logprobs, piece) if want_lp else None
+            delta = stream.push(self.model.token_to_piece(token))
+            if delta or entry is not None:
+                yield ("text", delta, entry)
+            if stream.stopped:
+                finish = "stop"
+                break
+        tail = stream.finish()
+        if tail:
+            yield ("text", tail, None)
+        yield ("end", finish, n_out)
+
+    def _echo(self, tokens: list[int], n_logprobs: int | None) -> Iterator[tuple]:
+        """The prompt as output text; with logprobs, one event per prompt token (first has none)."""
+        if n_logprobs is None:
+            yield ("text", self.model.detokenize(tokens, True).decode("utf-8", "replace"), None)
+            return
+        rows = self.eval(tokens, logits_all=True)
+        for i, token in enumerate(tokens):
+            if i == 0:
+                entry = TokenLogprob(token, self._piece_text(token), None, [])
+            else:
+                entry = TokenLogprob.from_logits(rows[i - 1], token, n_logprobs, self._piece_text)
+            yield ("text", self._piece_text(token), entry)
+
+    def _piece_text(self, token: int) -> str:
+        return self.model.token_to_piece(token).decode("utf-8", "replace")
+
+    def _collect(self, events: Iterator[tuple], name: str, n_prompt: int) -> dict[str, Any]:
+        text, lps, offset = [], None, 0
+        for kind, value, extra in events:
+            if kind == "end":
+                return completion_response(new_id("cmpl"), name, "".join(text), value,
+                                           lps.as_completion() if lps else None, n_prompt, extra)
+            if extra is not None:
+                lps = lps or CompletionLogprobs()
+                lps.add(extra, offset)
+            text.append(value)
+            offset += len(value)
+        raise RuntimeError("generation ended without a finish event")
+
+    def _stream_chunks(self, events: Iterator[tuple], name: str) -> Iterator[dict[str, Any]]:
+        cid = new_id("cmpl")
+        offset = 0
+        for kind, value, extra in events:
+            if kind == "end":
+                yield completion_chunk(cid, name, "", value)
+                return
+            lp = None
+            if extra is not None:
+                holder = CompletionLogprobs()
+                holder.add(extra, offset)
+                lp = holder.as_completion()
+            offset += len(value)
+            yield completion_chunk(cid, name, value, None, lp)
+
+    # -- chat and embeddings -----------------------------------------------------------------
+
+    def create_chat_completion(self, messages: list[dict[str, Any]], **kwargs: Any):
+        """OpenAI-style chat completion rendered through the model's chat template."""
+        return chat.create_chat_completion(self, messages, **kwargs)
+
+    def create_embedding(self, input: str | list[str] | list[int] | list[list[int]], model: str | None = None,
+                         normalize: bool = True) -> dict[str, Any]:
+        vectors, n_tokens = self.embed(input, normalize=normalize, return_count=True)
+        return {
+            "object": "list",
+            "data": [{"object": "embedding", "embedding": v, "index": i} for i, v in enumerate(vectors)],
+            "model": model or self.model_path,
+            "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
+        }
+
+    def embed(self, input, normalize: bool = False, truncate: bool = True, return_count: bool = False):
+        """Embeddings of one input (a vector) or a list of inputs (a list of vectors)."""
+        if not self.embedding:
+            raise ValueError("Llama model must be created with embedding=True to call this method")
+        self.reset()
+        return embedding.embed(self, input, normalize=normalize, truncate=truncate, return_count=return_count)
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def embedding_sequences(n_batch: int) -> int:
+    """Sequences an embedding context packs per decode (many short inputs in one call)."""
+    return max(1, min(64, n_batch // 8))
+
+
+__all__ = ["Llama"]

@@ -1,0 +1,67 @@
+"""Sampling parameters (llama-cpp-python / OpenAI names) turned into a llama.cpp sampler chain."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from llamacore._core import Model, Sampler
+
+
+@dataclass
+class SamplingParams:
+    temperature: float = 0.8
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    typical_p: float = 1.0
+    repeat_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    penalty_last_n: int = 64
+    mirostat_mode: int = 0
+    mirostat_tau: float = 5.0
+    mirostat_eta: float = 0.1
+    seed: int | None = None
+    logit_bias: dict[int, float] = field(default_factory=dict)
+    grammar: str | None = None
+
+    def validate(self) -> None:
+        """Reject values llama.cpp would misbehave on, with the parameter's name."""
+        checks = [
+            ("temperature", self.temperature >= 0),
+            ("top_p", 0.0 <= self.top_p <= 1.0),
+            ("min_p", 0.0 <= self.min_p <= 1.0),
+            ("typical_p", 0.0 < self.typical_p <= 1.0),
+            ("repeat_penalty", self.repeat_penalty > 0),
+            ("presence_penalty", -2.0 <= self.presence_penalty <= 2.0),
+            ("frequency_penalty", -2.0 <= self.frequency_penalty <= 2.0),
+            ("mirostat_mode", self.mirostat_mode in (0, 2)),
+        ]
+        for name, ok in checks:
+            if not ok:
+                raise ValueError(f"invalid {name}: {getattr(self, name)!r}")
+
+    def build(self, model: Model) -> Sampler:
+        """The chain in llama.cpp's usual order; temperature 0 means greedy."""
+        self.validate()
+        chain = Sampler()
+        if self.logit_bias:
+            chain.logit_bias(model, self.logit_bias)
+        if self.grammar:
+            chain.grammar(model, self.grammar)
+        if self.repeat_penalty != 1.0 or self.presence_penalty or self.frequency_penalty:
+            chain.penalties(self.penalty_last_n, self.repeat_penalty, self.frequency_penalty,
+                            self.presence_penalty)
+        if self.temperature == 0:
+            return chain.greedy()
+        if self.mirostat_mode == 2:
+            return chain.temp(self.temperature).mirostat_v2(self.seed, self.mirostat_tau, self.mirostat_eta)
+        if self.top_k > 0:
+            chain.top_k(self.top_k)
+        if self.typical_p < 1.0:
+            chain.typical(self.typical_p)
+        if self.top_p < 1.0:
+            chain.top_p(self.top_p)
+        if self.min_p > 0.0:
+            chain.min_p(self.min_p)
+        return chain.temp(self.temperature).dist(self.seed)

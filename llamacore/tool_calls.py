@@ -1,0 +1,107 @@
+"""Tool calls in the three common model styles: forcing them with a grammar, parsing them back.
+
+Styles: Hermes/Qwen ``<tool_call>{"name":..,"arguments":..}</tool_call>``, Llama-3 JSON
+``{"name":..,"parameters":..}`` and Mistral ``[TOOL_CALLS][{"name":..,"arguments":..}]``.
+The style follows the chat template's own markers, so forced calls look like what the model
+was trained to emit.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from typing import Any
+
+from llamacore.json_grammar import schema_to_grammar
+
+HERMES, LLAMA3, MISTRAL = "hermes", "llama3", "mistral"
+
+
+def style_for(template: str) -> str:
+    if "[TOOL_CALLS]" in template:
+        return MISTRAL
+    if "<tool_call>" in template:
+        return HERMES
+    if "<|python_tag|>" in template or "ipython" in template:
+        return LLAMA3
+    return HERMES
+
+
+def _call_schema(tools: list[dict[str, Any]], args_key: str) -> dict[str, Any]:
+    """JSON schema of one call to any of `tools` (a oneOf over the functions)."""
+    variants = []
+    for tool in tools:
+        fn = tool.get("function", tool)
+        variants.append({
+            "type": "object",
+            "properties": {"name": {"const": fn["name"]},
+                           args_key: fn.get("parameters") or {"type": "object"}},
+            "required": ["name", args_key],
+        })
+    return variants[0] if len(variants) == 1 else {"oneOf": variants}
+
+
+def forcing_grammar(tools: list[dict[str, Any]], style: str) -> str:
+    """GBNF that makes the model emit exactly one call to one of `tools` in `style`."""
+    args_key = "parameters" if style == LLAMA3 else "arguments"
+    body = schema_to_grammar(_call_schema(tools, args_key))
+    # Rename the schema's root so the call can be wrapped in the style's markers.
+    body = re.sub(r"^root ::=", "call ::=", body, count=1, flags=re.M)
+    if style == HERMES:
+        root = 'root ::= "<tool_call>\\n" call "\\n</tool_call>"'
+    elif style == MISTRAL:
+        root = 'root ::= "[TOOL_CALLS][" call "]"'
+    else:
+        root = "root ::= call"
+    return root + "\n" + body
+
+
+def _decode_objects(text: str) -> list[dict[str, Any]]:
+    """Every top-level JSON object or array of objects found in `text`."""
+    decoder = json.JSONDecoder()
+    found, i = [], 0
+    while i < len(text):
+        if text[i] in "{[":
+            try:
+                value, end = decoder.raw_decode(text, i)
+            except json.JSONDecodeError:
+                i += 1
+                continue
+            found.extend(v for v in (value if isinstance(value, list) else [value]) if isinstance(v, dict))
+            i = end
+        else:
+            i += 1
+    return found
+
+
+def parse(text: str, style: str | None = None) -> tuple[str | None, list[dict[str, Any]]]:
+    """Split model output into (remaining content, OpenAI `tool_calls`); no calls -> (text, [])."""
+    content, calls = text, []
+    if "<tool_call>" in text:
+        blocks = re.findall(r"<tool_call>(.*?)(?:</tool_call>|$)", text, flags=re.S)
+        calls = [c for b in blocks for c in _decode_objects(b)]
+        content = re.sub(r"<tool_call>.*?(</tool_call>|$)", "", text, flags=re.S)
+    elif "[TOOL_CALLS]" in text:
+        head, _, tail = text.partition("[TOOL_CALLS]")
+        calls, content = _decode_objects(tail), head
+    elif style == LLAMA3 or text.lstrip().startswith(("{", "<|python_tag|>")):
+        stripped = text.replace("<|python_tag|>", "").strip()
+        objs = _decode_objects(stripped)
+        if objs and stripped.startswith("{") and all("name" in o for o in objs):
+            calls, content = objs, ""
+    out = []
+    for call in calls:
+        if not isinstance(call.get("name"), str):
+            continue
+        args = call.get("arguments", call.get("parameters", {}))
+        out.append({
+            "id": f"call_{uuid.uuid4().hex[:24]}",
+            "type": "function",
+            "function": {"name": call["name"],
+                         "arguments": args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)},
+        })
+    if not out:
+        return text, []
+    content = content.strip()
+    return (content or None), out
