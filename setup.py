@@ -38,6 +38,16 @@ def cmake_build_dir(user_args: list[str]) -> Path:
     return ROOT / "build" / "llama.cpp" / tag
 
 
+def stable_cmake() -> str:
+    """A cmake that outlives this build: pip's isolated build env (and its cmake) is temporary,
+    and a CMake build folder remembers the cmake that configured it."""
+    for folder in os.environ.get("PATH", "").split(os.pathsep):
+        candidate = Path(folder) / "cmake"
+        if "pip-build-env" not in folder and candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    return shutil.which("cmake") or "cmake"
+
+
 def build_llama_cpp() -> Path:
     """Configure (first time) and build the `llama` target; returns the build folder."""
     source = fetch.ensure_source()
@@ -46,10 +56,15 @@ def build_llama_cpp() -> Path:
     flags = list(LLAMA_CMAKE_FLAGS)
     if shutil.which("ccache"):
         flags += ["-DCMAKE_C_COMPILER_LAUNCHER=ccache", "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache"]
-    if not (build / "CMakeCache.txt").exists():
-        subprocess.run(["cmake", "-S", str(source), "-B", str(build), *flags, *user_args], check=True)
+    cmake = stable_cmake()
+    cache = build / "CMakeCache.txt"
+    if cache.exists() and not Path(cmake_cache_value(build, "CMAKE_COMMAND") or "").exists():
+        cache.unlink()            # configured by a cmake that is gone; reconfigure (ccache keeps it quick)
+        shutil.rmtree(build / "CMakeFiles", ignore_errors=True)
+    if not cache.exists():
+        subprocess.run([cmake, "-S", str(source), "-B", str(build), *flags, *user_args], check=True)
     jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 2))
-    subprocess.run(["cmake", "--build", str(build), "--target", "llama", "-j", jobs], check=True)
+    subprocess.run([cmake, "--build", str(build), "--target", "llama", "-j", jobs], check=True)
     return build
 
 
