@@ -46,26 +46,26 @@ def _special_text(model: Model, token: int) -> str:
     return model.token_to_piece(token, True).decode("utf-8", "replace") if token >= 0 else ""
 
 
-def prompt_tokens(llm: Llama, messages: list[dict[str, Any]], tools: list | None) -> tuple[list[int], list[str]]:
+def prompt_tokens(model: Model, template: str, messages: list[dict[str, Any]],
+                  tools: list | None) -> tuple[list[int], list[str]]:
     """Rendered, tokenized prompt and the stop strings the template implies."""
     if not messages:
         raise ValueError("messages must contain at least one message")
-    model = llm.model
     bos, eos = _special_text(model, model.token_bos), _special_text(model, model.token_eos)
-    text = render_chat(llm.chat_template, messages, bos_token=bos, eos_token=eos,
+    text = render_chat(template, messages, bos_token=bos, eos_token=eos,
                        add_generation_prompt=True, tools=tools)
     tokens = model.tokenize(text, add_special=False, parse_special=True)
     if model.add_bos and (not tokens or tokens[0] != model.token_bos):
         tokens.insert(0, model.token_bos)
-    stops = [m for m in TURN_END_MARKERS if m in llm.chat_template]
+    stops = [m for m in TURN_END_MARKERS if m in template]
     return tokens, stops
 
 
-def _tool_setup(llm: Llama, tools: list | None, tool_choice: Any) -> tuple[list | None, str | None]:
+def tool_setup(template: str, tools: list | None, tool_choice: Any) -> tuple[list | None, str | None]:
     """Tools to render and a grammar that forces a call when tool_choice demands one."""
     if not tools or tool_choice == "none":
         return (None if tool_choice == "none" else tools), None
-    style = tool_calls.style_for(llm.chat_template)
+    style = tool_calls.style_for(template)
     if tool_choice == "required":
         return tools, tool_calls.forcing_grammar(tools, style)
     if isinstance(tool_choice, dict):
@@ -88,8 +88,8 @@ def create_chat_completion(llm: Llama, messages: list[dict[str, Any]], *, tools:
         tools = [{"type": "function", "function": f} for f in functions]
         tool_choice = ({"type": "function", "function": function_call} if isinstance(function_call, dict)
                        else function_call)
-    tools, tool_grammar = _tool_setup(llm, tools, tool_choice)
-    tokens, template_stops = prompt_tokens(llm, messages, tools)
+    tools, tool_grammar = tool_setup(llm.chat_template, tools, tool_choice)
+    tokens, template_stops = prompt_tokens(llm.model, llm.chat_template, messages, tools)
     user_stops = [stop] if isinstance(stop, str) else list(stop or [])
     completion = llm.create_completion(
         tokens, max_tokens=max_tokens, temperature=temperature, stop=template_stops + user_stops,
@@ -111,13 +111,13 @@ def create_chat_completion(llm: Llama, messages: list[dict[str, Any]], *, tools:
     lp = choice["logprobs"]
     return {
         "id": new_id("chatcmpl"), "object": "chat.completion", "created": int(time.time()), "model": name,
-        "choices": [{"index": 0, "message": message, "logprobs": _chat_logprobs(lp) if lp else None,
+        "choices": [{"index": 0, "message": message, "logprobs": chat_logprobs(lp) if lp else None,
                      "finish_reason": finish}],
         "usage": completion["usage"],
     }
 
 
-def _chat_logprobs(lp: dict[str, Any]) -> dict[str, Any]:
+def chat_logprobs(lp: dict[str, Any]) -> dict[str, Any]:
     """Legacy completion logprobs -> chat `logprobs.content` entries."""
     def item(text: str, value: float | None) -> dict[str, Any]:
         return {"token": text, "logprob": value, "bytes": list(text.encode("utf-8"))}
@@ -157,8 +157,8 @@ def _chat_chunks(chunks: Iterator[dict[str, Any]], name: str, buffer_tools: bool
         if buffer_tools:
             held.append(choice["text"])
         elif choice["text"] or choice["logprobs"]:
-            lp = _chat_logprobs(choice["logprobs"]) if choice["logprobs"] else None
+            lp = chat_logprobs(choice["logprobs"]) if choice["logprobs"] else None
             yield chunk({"content": choice["text"]}, None, lp)
 
 
-__all__ = ["create_chat_completion", "grammar_for", "prompt_tokens", "resolve"]
+__all__ = ["chat_logprobs", "create_chat_completion", "grammar_for", "prompt_tokens", "resolve", "tool_setup"]

@@ -13,20 +13,14 @@ from collections.abc import Mapping
 from datetime import datetime
 from functools import lru_cache
 from types import MappingProxyType
-from typing import Any
+from typing import Any, ClassVar
 
 from jinja2 import nodes
 from jinja2.exceptions import SecurityError
 from jinja2.ext import Extension, loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-__all__ = [
-    "ChatTemplateError",
-    "TEMPLATES",
-    "get_template",
-    "render_chat",
-    "resolve_template",
-]
+__all__ = ["TEMPLATES", "ChatTemplateError", "get_template", "render_chat", "resolve_template"]
 
 
 class ChatTemplateError(ValueError):
@@ -43,7 +37,7 @@ class _GenerationTag(Extension):
     contain it and would otherwise fail to compile.
     """
 
-    tags = {"generation"}
+    tags: ClassVar[set[str]] = {"generation"}
 
     def parse(self, parser: Any) -> list[nodes.Node]:
         next(parser.stream)
@@ -76,7 +70,9 @@ def _tojson(
     sort_keys: bool = False,
 ) -> str:
     """HF's tojson: plain json.dumps without Jinja's HTML escaping, so tool schemas appear verbatim."""
-    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+    return json.dumps(
+        value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+    )
 
 
 _ENV = _StrictSandbox(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols, _GenerationTag])
@@ -103,7 +99,7 @@ def _flatten_content(message: Mapping[str, Any]) -> dict[str, Any]:
     for part in content:
         kind = part.get("type") if isinstance(part, Mapping) else type(part).__name__
         if kind != "text":
-            raise ChatTemplateError(f"unsupported message content part type {kind!r} (only 'text' is supported)")
+            raise ChatTemplateError(f"unsupported content part type {kind!r} (only 'text' is supported)")
         texts.append(part.get("text", ""))
     return {**message, "content": "\n".join(texts)}
 
@@ -183,7 +179,8 @@ _LLAMA_2 = _with_system(
     "{{- ' ' + (message.content or '') | trim + ' ' + eos_token -}}"
     "{%- else -%}"
     "{%- set content = (message.content or '') | trim -%}"
-    r"{%- if loop.first and system -%}{%- set content = '<<SYS>>\n' + system | trim + '\n<</SYS>>\n\n' + content -%}"
+    "{%- if loop.first and system -%}"
+    r"{%- set content = '<<SYS>>\n' + system | trim + '\n<</SYS>>\n\n' + content -%}"
     "{%- endif -%}"
     "{{- bos_token + '[INST] ' + content + ' [/INST]' -}}"
     "{%- endif -%}"
@@ -250,7 +247,8 @@ _ALPACA = _with_system(
     "{%- endif -%}"
     "{%- endfor -%}" + _GEN_PROMPT.replace("PROMPT", r"'### Response:\n'"),
     default_system=(
-        "Below is an instruction that describes a task. Write a response that appropriately completes the request."
+        "Below is an instruction that describes a task. "
+        "Write a response that appropriately completes the request."
     ),
 )
 

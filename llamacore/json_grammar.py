@@ -25,7 +25,10 @@ _PRIMITIVES: dict[str, tuple[str, tuple[str, ...]]] = {
         "object | array | string | number | boolean | null",
         ("object", "array", "string", "number", "boolean", "null"),
     ),
-    "object": (r'"{" ws (string ":" ws value ("," ws string ":" ws value)*)? "}" ws', ("string", "value", "ws")),
+    "object": (
+        r'"{" ws (string ":" ws value ("," ws string ":" ws value)*)? "}" ws',
+        ("string", "value", "ws"),
+    ),
     "array": (r'"[" ws (value ("," ws value)*)? "]" ws', ("value", "ws")),
     "string": (r'"\"" char* "\"" ws', ("char", "ws")),
     "char": (r'[^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})', ()),
@@ -40,38 +43,34 @@ _MAX_INT_DIGITS = 16  # matches the integer part of the number/integer rules abo
 
 # Keywords that never constrain output and are skipped (``format`` is an annotation
 # by default in JSON Schema, so plain strings still validate).
-_ANNOTATIONS = frozenset(
-    {
-        "$schema", "$id", "$comment", "$defs", "definitions", "title", "description", "default",
-        "examples", "deprecated", "readOnly", "writeOnly", "format", "contentEncoding", "contentMediaType",
-    }
-)
-_SUPPORTED = frozenset(
-    {
-        "type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref",
-        "properties", "required", "additionalProperties",
-        "items", "prefixItems", "minItems", "maxItems",
-        "minLength", "maxLength",
-        "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
-    }
-)
+_ANNOTATIONS = frozenset({
+    "$schema", "$id", "$comment", "$defs", "definitions", "title", "description", "default", "examples",
+    "deprecated", "readOnly", "writeOnly", "format", "contentEncoding", "contentMediaType",
+})
 _INT_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+_SUPPORTED = frozenset({
+    "type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "properties", "required",
+    "additionalProperties", "items", "prefixItems", "minItems", "maxItems", "minLength", "maxLength",
+    *_INT_BOUNDS,
+})
 _TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")
 _NAME = re.compile(r"^[a-zA-Z0-9-]+$")
 
 
+_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
 def _quote(text: str) -> str:
     """GBNF string literal for ``text``."""
-    escapes = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
-    out = []
-    for ch in text:
-        if ch in escapes:
-            out.append(escapes[ch])
-        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
-            out.append(f"\\x{ord(ch):02X}")
-        else:
-            out.append(ch)
-    return '"' + "".join(out) + '"'
+    escaped = (
+        _ESCAPES.get(c) or (f"\\x{ord(c):02X}" if ord(c) < 0x20 or ord(c) == 0x7F else c) for c in text
+    )
+    return '"' + "".join(escaped) + '"'
+
+
+def _key(name: str, ws: str) -> str:
+    """Sequence for an object key and its colon."""
+    return f'{_quote(json.dumps(name, ensure_ascii=False))} {ws} ":" {ws}'
 
 
 def _literal(value: Any, ws: str, path: str) -> str:
@@ -82,7 +81,7 @@ def _literal(value: Any, ws: str, path: str) -> str:
     if isinstance(value, dict):
         if not all(isinstance(k, str) for k in value):
             raise ValueError(f"{path}: enum/const object keys must be strings")
-        members = f' "," {ws} '.join(f"{_quote(json.dumps(k, ensure_ascii=False))} {ws} \":\" {ws} {_literal(v, ws, path)}" for k, v in value.items())
+        members = f' "," {ws} '.join(f"{_key(k, ws)} {_literal(v, ws, path)}" for k, v in value.items())
         return f'"{{" {ws} {members} "}}" {ws}' if members else f'"{{" {ws} "}}" {ws}'
     try:
         return f"{_quote(json.dumps(value, ensure_ascii=False, allow_nan=False))} {ws}"
@@ -288,14 +287,10 @@ class _Converter:
             bad = [k for k in _INT_BOUNDS if k in constraints]
             if bad:
                 raise ValueError(f"{path}: keyword {bad[0]!r} is only supported with type 'integer'")
-        if kind == "object":
-            return self.object(constraints, hint, path)
-        if kind == "array":
-            return self.array(constraints, hint, path)
-        if kind == "string":
-            return self.string(constraints, path)
-        if kind == "integer":
-            return self.integer(constraints, path)
+        if kind in ("object", "array"):
+            return getattr(self, kind)(constraints, hint, path)
+        if kind in ("string", "integer"):
+            return getattr(self, kind)(constraints, path)
         return self.prim(kind)
 
     @staticmethod
@@ -352,11 +347,11 @@ class _Converter:
         members = []  # (kv rule, required)
         for name, sub in props.items():
             value = self.visit(sub, f"{prefix}{name}", f"{path}/properties/{name}")
-            kv = self.rule(f"{prefix}{name}-kv", f"{_quote(json.dumps(name, ensure_ascii=False))} {ws} \":\" {ws} {value}")
+            kv = self.rule(f"{prefix}{name}-kv", f"{_key(name, ws)} {value}")
             members.append((kv, name in required))
         extra = None
         if additional is not False:
-            value = self.visit({} if additional is True else additional, f"{prefix}additional", f"{path}/additionalProperties")
+            value = self.visit(additional, f"{prefix}additional", f"{path}/additionalProperties")
             extra = self.rule(f"{prefix}additional-kv", f'{self.prim("string")} ":" {ws} {value}')
 
         def after(start: int) -> str:
@@ -376,7 +371,10 @@ class _Converter:
             alts.append(f"{extra} {after(len(members))}")
         if not alts:
             return f'"{{" {ws} "}}" {ws}'
-        inner = alts[0] if len(alts) == 1 and not nullable else "(" + " | ".join(alts) + ")" + ("?" if nullable else "")
+        if len(alts) == 1 and not nullable:
+            inner = alts[0]
+        else:
+            inner = "(" + " | ".join(alts) + ")" + ("?" if nullable else "")
         return f'"{{" {ws} {inner} "}}" {ws}'
 
     def array(self, schema: Mapping[str, Any], hint: str, path: str) -> str:
@@ -386,10 +384,12 @@ class _Converter:
         tuple_items = schema.get("prefixItems", items if isinstance(items, list) else None)
         if tuple_items is not None:
             if "prefixItems" in schema and items not in ({}, False):
-                raise ValueError(f"{path}: 'items' next to 'prefixItems' must be false (fixed-length tuples only)")
+                raise ValueError(f"{path}: 'items' next to 'prefixItems' must be false (fixed-length tuples)")
             if lo > len(tuple_items) or (hi is not None and hi < len(tuple_items)):
                 raise ValueError(f"{path}: minItems/maxItems contradict the tuple length {len(tuple_items)}")
-            atoms = [self.visit(s, f"{hint}-{i}", f"{path}/prefixItems/{i}") for i, s in enumerate(tuple_items)]
+            atoms = [
+                self.visit(s, f"{hint}-{i}", f"{path}/prefixItems/{i}") for i, s in enumerate(tuple_items)
+            ]
             inner = f' "," {ws} '.join(atoms)
         elif items is False or hi == 0:
             if lo > 0:
@@ -411,22 +411,16 @@ class _Converter:
         return f'"\\"" {chars} "\\"" {self.prim("ws")}' if chars else f'"\\"\\"" {self.prim("ws")}'
 
     def integer(self, schema: Mapping[str, Any], path: str) -> str:
-        lo, hi = schema.get("minimum"), schema.get("maximum")
-        for key, value in (("minimum", lo), ("maximum", hi)):
+        for key in _INT_BOUNDS:
+            value = schema.get(key)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-                raise ValueError(f"{path}: {key!r} must be a number")
-        lo = None if lo is None else math.ceil(lo)
-        hi = None if hi is None else math.floor(hi)
-        ex_lo, ex_hi = schema.get("exclusiveMinimum"), schema.get("exclusiveMaximum")
-        # Draft 4 spells exclusivity as a boolean modifier of minimum/maximum.
-        if ex_lo is True and lo is not None and lo == schema["minimum"]:
-            lo += 1
-        elif isinstance(ex_lo, (int, float)) and not isinstance(ex_lo, bool):
-            lo = max(math.floor(ex_lo) + 1, lo if lo is not None else -math.inf)
-        if ex_hi is True and hi is not None and hi == schema["maximum"]:
-            hi -= 1
-        elif isinstance(ex_hi, (int, float)) and not isinstance(ex_hi, bool):
-            hi = min(math.ceil(ex_hi) - 1, hi if hi is not None else math.inf)
+                raise ValueError(f"{path}: {key!r} must be a number (draft-4 boolean form is not supported)")
+        # Tightest integer bounds implied by the inclusive and exclusive limits.
+        lows = [math.ceil(schema["minimum"])] if "minimum" in schema else []
+        lows += [math.floor(schema["exclusiveMinimum"]) + 1] if "exclusiveMinimum" in schema else []
+        highs = [math.floor(schema["maximum"])] if "maximum" in schema else []
+        highs += [math.ceil(schema["exclusiveMaximum"]) - 1] if "exclusiveMaximum" in schema else []
+        lo, hi = max(lows, default=None), min(highs, default=None)
         if lo is None and hi is None:
             return self.prim("integer")
         if lo is not None and hi is not None and lo > hi:

@@ -270,10 +270,10 @@ class Llama:
         n_out, finish = 0, "length"
         piece = self._piece_text
         for token in self.generate(tokens, sampling, max_tokens=limit, ignore_eos=ignore_eos) if limit > 0 else ():
-            n_out += 1
             if not ignore_eos and self.model.is_eog(token):
                 finish = "stop"
                 break
+            n_out += 1
             entry = TokenLogprob.from_logits(self.ctx.logits(-1), token, n_logprobs, piece) if want_lp else None
             delta = stream.push(self.model.token_to_piece(token))
             if delta or entry is not None:

@@ -13,6 +13,7 @@ cdef class Context:
     cdef readonly int n_ubatch
     cdef readonly int n_seq_max
     cdef readonly bint embeddings
+    cdef readonly bint kv_unified   # one KV stream shared by all sequences (else one per sequence)
     cdef int _n_outputs
     cdef _AbortState abort_state
     cdef object abort_callback

@@ -98,6 +98,7 @@ cdef class Context:
         self.n_ubatch = llama.llama_n_ubatch(self.ptr)
         self.n_seq_max = llama.llama_n_seq_max(self.ptr)
         self.embeddings = embeddings
+        self.kv_unified = kv_unified or self.n_seq_max == 1
         self._adapters = {}
 
     def __dealloc__(self):
@@ -291,15 +292,30 @@ cdef class Context:
         return llama.llama_memory_seq_rm(self.mem, seq_id, p0, p1)
 
     def kv_copy(self, int src, int dst, int p0=-1, int p1=-1):
-        """Share positions [p0, p1) of sequence `src` with sequence `dst` (no data copied)."""
+        """Share positions [p0, p1) of sequence `src` with sequence `dst`.
+
+        With a unified KV cache (kv_unified=True) only cell metadata changes. Otherwise each
+        sequence has its own stream and the whole sequence is copied, so only a full copy
+        (p0 <= 0, p1 < 0) is possible: llama.cpp aborts the process on a partial one.
+        """
         self._check_seq(src, False)
         self._check_seq(dst, False)
+        if not self.kv_unified and src != dst and (p0 > 0 or 0 < p1 < self.n_ctx_seq):
+            raise ValueError(f"kv_copy of positions [{p0}, {p1}) between sequences needs a context "
+                             f"created with kv_unified=True; without it only whole sequences "
+                             f"can be copied (p0=-1, p1=-1)")
         llama.llama_memory_seq_cp(self.mem, src, dst, p0, p1)
 
     def kv_keep(self, int seq_id):
         """Drop every sequence but `seq_id`."""
         self._check_seq(seq_id, False)
         llama.llama_memory_seq_keep(self.mem, seq_id)
+        if not self.kv_unified:
+            # llama.cpp's seq_keep only clears the stream of `seq_id`; with one stream per
+            # sequence the others must be removed one by one.
+            for s in range(self.n_seq_max):
+                if s != seq_id:
+                    llama.llama_memory_seq_rm(self.mem, s, -1, -1)
 
     def kv_shift(self, int seq_id, int p0, int p1, int delta):
         """Add `delta` to the positions [p0, p1) of a sequence (context shifting)."""
@@ -320,7 +336,7 @@ cdef class Context:
     # -- state -------------------------------------------------------------------------------
 
     def save_state(self):
-        """The whole context state (KV cache, outputs) as bytes."""
+        """The whole context state as bytes: the KV cache (llama.cpp does not save the outputs)."""
         cdef size_t size = llama.llama_state_get_size(self.ptr)
         cdef bytearray buf = bytearray(size)
         cdef uint8_t * dst = buf
@@ -338,6 +354,7 @@ cdef class Context:
             n = llama.llama_state_set_data(self.ptr, &data[0], data.shape[0])
         if n == 0:
             raise ValueError(f"state does not match this context: {_errors_since_mark() or 'rejected'}")
+        self._n_outputs = 0   # the state holds no logits: the last decode's are stale now
 
     def save_sequence_state(self, int seq_id):
         """One sequence's KV cache as bytes."""
@@ -393,6 +410,7 @@ cdef class Context:
                 ok = llama.llama_state_load_file(self.ptr, cpath, toks, cap, &count)
             if not ok:
                 raise ValueError(f"could not load state file {path}: {_errors_since_mark() or 'rejected'}")
+            self._n_outputs = 0   # as in load_state: no outputs are restored
             return [toks[i] for i in range(count)]
         finally:
             free(toks)

@@ -2,6 +2,10 @@
 # Each add_* appends one stage and returns the sampler, so chains read as one expression.
 
 
+_SELECTING_STAGES = ("greedy", "dist", "mirostat_v2")
+_TRUNCATING_STAGES = ("top_k", "top_p", "min_p", "typical")
+
+
 cdef class Sampler:
     """A chain of llama.cpp samplers, e.g. ``Sampler().top_k(40).top_p(0.95).temp(0.8).dist(42)``.
 
@@ -13,6 +17,7 @@ cdef class Sampler:
         params.no_perf = True
         self.chain = llama.llama_sampler_chain_init(params)
         self.stages = []
+        self.n_vocab = 0
         if self.chain == NULL:
             raise MemoryError()
 
@@ -76,6 +81,7 @@ cdef class Sampler:
                 model._check_token(int(token))
                 arr[k].token = int(token)
                 arr[k].bias = float(value)
+            self.n_vocab = model.n_vocab
             return self._add(llama.llama_sampler_init_logit_bias(model.n_vocab, n, arr), "logit_bias")
         finally:
             free(arr)
@@ -84,15 +90,28 @@ cdef class Sampler:
         """Constrain tokens to a GBNF grammar; ValueError with llama.cpp's reason if it does not parse."""
         if not grammar.strip():
             raise ValueError("grammar is empty")
+        late = [st for st in self.stages if st in _TRUNCATING_STAGES or st in _SELECTING_STAGES]
+        if late:
+            # after a truncation the grammar may reject every remaining candidate; the selected
+            # token is then accepted anyway and llama.cpp aborts the process
+            raise ValueError(f"add the grammar before {', '.join(late)}: a grammar must constrain "
+                             f"the full candidate list before it is truncated or a token is selected")
         cdef bytes g = grammar.encode()
         cdef bytes r = root.encode()
         _error_mark()
-        return self._add(llama.llama_sampler_init_grammar(model.vocab, g, r), "grammar")
+        self._add(llama.llama_sampler_init_grammar(model.vocab, g, r), "grammar")
+        self.n_vocab = model.n_vocab
+        return self
 
     def sample(self, Context ctx not None, int idx=-1):
         """Pick a token from output `idx` of the last decode and accept it into the chain."""
         if self.chain == NULL or not self.stages:
             raise ValueError("sampler chain is empty")
+        last = self.stages[len(self.stages) - 1]   # (wraparound is off: no [-1])
+        if last not in _SELECTING_STAGES:
+            # llama.cpp asserts (aborts the process) when no stage selected a token
+            raise ValueError(f"the sampler chain must end with a selecting stage "
+                             f"({', '.join(_SELECTING_STAGES)}), not {last}")
         if ctx._n_outputs == 0 or llama.llama_get_logits_ith(ctx.ptr, idx) == NULL:
             raise IndexError(f"no logits for batch index {idx}")
         cdef llama_token token
@@ -101,7 +120,29 @@ cdef class Sampler:
         return token
 
     def accept(self, int token):
-        """Tell stateful stages (penalties, grammar) about a token chosen elsewhere."""
+        """Tell stateful stages (penalties, grammar) about a token chosen elsewhere.
+
+        With a grammar stage the token must be in the vocabulary and allowed by the grammar
+        (ValueError otherwise; llama.cpp would abort the process).
+        """
+        cdef llama.llama_token_data cand
+        cdef llama.llama_token_data_array cur
+        cdef int i
+        if self.n_vocab and not 0 <= token < self.n_vocab:
+            raise IndexError(f"token id {token} is out of range for a vocabulary of {self.n_vocab}")
+        for i, name in enumerate(self.stages):
+            if name != "grammar":
+                continue
+            cand.id = token
+            cand.logit = 0.0
+            cand.p = 0.0
+            cur.data = &cand
+            cur.size = 1
+            cur.selected = -1
+            cur.sorted = False
+            llama.llama_sampler_apply(llama.llama_sampler_chain_get(self.chain, i), &cur)
+            if not cand.logit > -1e30:
+                raise ValueError(f"token {token} is not allowed by the grammar at this point")
         llama.llama_sampler_accept(self.chain, token)
 
     def reset(self):

@@ -1,0 +1,90 @@
+"""The Starlette application and `serve()`."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from llamaserve.config import ServerConfig
+from llamaserve.errors import APIError
+from llamaserve.metrics import Metrics
+from llamaserve.middleware import APIKeyAuth, RequestMetrics
+from llamaserve.openapi import openapi_schema
+from llamaserve.registry import Registry
+from llamaserve.routes.chat import chat_completions
+from llamaserve.routes.completions import completions
+from llamaserve.routes.embeddings import embeddings
+from llamaserve.routes.models import admin_load, admin_models, admin_unload, health, list_models, metrics
+
+log = logging.getLogger("llamaserve")
+
+
+async def _api_error(request: Request, exc: APIError) -> Response:
+    return exc.response()
+
+
+async def _http_error(request: Request, exc: HTTPException) -> Response:
+    return APIError(exc.status_code, exc.detail or "error").response()
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error on %s", request.url.path)
+    return APIError(500, f"internal error: {type(exc).__name__}").response()
+
+
+async def _openapi(request: Request) -> Response:
+    return JSONResponse(openapi_schema())
+
+
+def create_app(config: ServerConfig) -> Starlette:
+    metrics = Metrics()
+    registry = Registry(config, metrics)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette):
+        registry.start()
+        try:
+            yield
+        finally:
+            await registry.close()
+
+    routes = [
+        Route("/v1/completions", completions, methods=["POST"]),
+        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        Route("/v1/embeddings", embeddings, methods=["POST"]),
+        Route("/v1/models", list_models, methods=["GET"]),
+        Route("/health", health, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+        Route("/openapi.json", _openapi, methods=["GET"]),
+        Route("/admin/models", admin_models, methods=["GET"]),
+        Route("/admin/models/{alias}/load", admin_load, methods=["POST"]),
+        Route("/admin/models/{alias}/unload", admin_unload, methods=["POST"]),
+    ]
+    middleware = [Middleware(RequestMetrics, metrics=metrics)]
+    if config.cors_origins:
+        middleware.append(Middleware(CORSMiddleware, allow_origins=list(config.cors_origins),
+                                     allow_methods=["GET", "POST", "OPTIONS"], allow_headers=["*"]))
+    middleware.append(Middleware(APIKeyAuth, api_key=config.api_key))
+    app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan,
+                    exception_handlers={APIError: _api_error, HTTPException: _http_error, Exception: _unexpected})
+    app.state.config = config
+    app.state.registry = registry
+    app.state.metrics = metrics
+    return app
+
+
+def serve(config: ServerConfig) -> None:
+    """Run the server until SIGINT/SIGTERM; in-flight streams get `shutdown_grace` seconds."""
+    logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    app = create_app(config)
+    uvicorn.run(app, host=config.host, port=config.port, log_level=config.log_level.lower(),
+                timeout_graceful_shutdown=config.shutdown_grace)

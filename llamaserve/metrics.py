@@ -1,0 +1,28 @@
+"""Prometheus metrics, one registry per app so several servers can live in one process (tests)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+
+class Metrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.requests = Counter("llamaserve_requests", "HTTP requests by route and status", ["route", "status"], registry=r)
+        self.prompt_tokens = Counter("llamaserve_prompt_tokens", "Prompt tokens processed", ["model"], registry=r)
+        self.completion_tokens = Counter("llamaserve_completion_tokens", "Tokens generated", ["model"], registry=r)
+        self.ttft = Histogram("llamaserve_time_to_first_token_seconds", "Time to first token", ["model"],
+                              buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30), registry=r)
+        self.tokens_per_second = Histogram("llamaserve_generation_tokens_per_second", "Per-request generation speed",
+                                           ["model"], buckets=(1, 5, 10, 25, 50, 100, 250, 500, 1000), registry=r)
+        self.active_sequences = Gauge("llamaserve_active_sequences", "Sequences being decoded", registry=r)
+        self.queue_depth = Gauge("llamaserve_queue_depth", "Requests waiting for a sequence slot", registry=r)
+        self.loaded_models = Gauge("llamaserve_loaded_models", "Base models currently loaded", registry=r)
+        self.loads = Counter("llamaserve_model_loads", "Model loads", ["model"], registry=r)
+        self.load_failures = Counter("llamaserve_model_load_failures", "Failed model loads", ["model"], registry=r)
+        self.unloads = Counter("llamaserve_model_unloads", "Model unloads by reason", ["model", "reason"], registry=r)
+        self.cancelled = Counter("llamaserve_cancelled_requests", "Generations stopped by client disconnect",
+                                 registry=r)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

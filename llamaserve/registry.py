@@ -1,0 +1,222 @@
+"""Which models are loaded: lazy loading, shared bases for LoRA aliases, idle unloading, LRU eviction.
+
+Aliases whose model file and load parameters are equal share one loaded base (an Engine with
+the union of their adapters); a request for an alias only selects its adapter scales. A model
+loads on the first request that needs it (concurrent first requests wait on one load), is never
+evicted while it serves a request, and unloads after `idle_unload` seconds without use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from llamacore import Llama
+from llamacore.chat_format import resolve_template
+from llamaserve.config import ModelEntry, ServerConfig
+from llamaserve.engine import Engine
+from llamaserve.metrics import Metrics
+
+log = logging.getLogger("llamaserve.registry")
+
+MODEL_KEYS = {"n_gpu_layers", "main_gpu", "split_mode", "tensor_split", "use_mmap", "use_mlock", "kv_overrides"}
+CONTEXT_KEYS = {"n_batch", "n_ubatch", "n_threads", "n_threads_batch", "flash_attn", "type_k", "type_v",
+                "offload_kqv", "rope_freq_base", "rope_freq_scale"}
+
+
+class UnknownModelError(LookupError):
+    def __init__(self, name: str, available: list[str]) -> None:
+        super().__init__(f"The model '{name}' does not exist. Available models: {', '.join(available)}")
+        self.name = name
+
+
+class ModelLoadError(RuntimeError):
+    """Loading failed; the message says why. The server stays up."""
+
+
+class CapacityError(RuntimeError):
+    """No room to load a model: everything loaded is busy."""
+
+
+@dataclass(eq=False)
+class Loaded:
+    """A loaded base model and the aliases it serves."""
+
+    key: tuple
+    entries: list[ModelEntry]
+    engine: Engine | None = None          # generation models
+    embedder: Llama | None = None         # embedding models (one request at a time, in a thread)
+    embed_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    in_use: int = 0
+    last_used: float = field(default_factory=time.monotonic)
+    loaded_at: float = field(default_factory=time.time)
+    load_seconds: float = 0.0
+    templates: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def model(self):
+        return self.engine.model if self.engine is not None else self.embedder.model
+
+    def memory_bytes(self) -> int:
+        return self.engine.memory_bytes() if self.engine is not None else self.embedder.model.size
+
+    def chat_template(self, entry: ModelEntry) -> str:
+        if entry.alias not in self.templates:
+            self.templates[entry.alias] = resolve_template(entry.chat_format, entry.chat_template,
+                                                           self.model.chat_template())
+        return self.templates[entry.alias]
+
+    def busy(self) -> bool:
+        return self.in_use > 0 or (self.engine is not None and (self.engine.active or self.engine.queued))
+
+    def close(self) -> None:
+        if self.engine is not None:
+            self.engine.close()
+        self.engine = None
+        self.embedder = None
+
+
+class Registry:
+    def __init__(self, config: ServerConfig, metrics: Metrics) -> None:
+        self.config = config
+        self.metrics = metrics
+        self.loaded: dict[tuple, Loaded] = {}
+        self._locks: dict[tuple, asyncio.Lock] = {}
+        self._changed = asyncio.Condition()
+        self._idle_task: asyncio.Task | None = None
+
+    # -- lookup ------------------------------------------------------------------------------
+
+    def names(self) -> list[str]:
+        return [n for e in self.config.models for n in e.names()]
+
+    def entry(self, name: str | None) -> ModelEntry:
+        """The entry for a requested model name (None = default). Names are never paths."""
+        entry = self.config.default_entry() if not name else self.config.find(name)
+        if entry is None:
+            raise UnknownModelError(name or "", self.names())
+        return entry
+
+    def state(self, entry: ModelEntry) -> Loaded | None:
+        return self.loaded.get(entry.base_key())
+
+    # -- use ---------------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def use(self, entry: ModelEntry) -> AsyncIterator[Loaded]:
+        """The loaded base for `entry`, loading it first if needed; pinned while in use."""
+        loaded = await self.load(entry)
+        loaded.in_use += 1
+        loaded.last_used = time.monotonic()
+        try:
+            yield loaded
+        finally:
+            loaded.in_use -= 1
+            loaded.last_used = time.monotonic()
+            async with self._changed:
+                self._changed.notify_all()
+
+    async def load(self, entry: ModelEntry) -> Loaded:
+        key = entry.base_key()
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            if key in self.loaded:
+                return self.loaded[key]
+            await self._make_room(entry)
+            siblings = [e for e in self.config.models if e.base_key() == key]
+            started = time.monotonic()
+            try:
+                loaded = await asyncio.to_thread(self._load_blocking, key, siblings)
+            except Exception as exc:
+                self.metrics.load_failures.labels(entry.alias).inc()
+                log.error("loading %s failed: %s", entry.alias, exc)
+                raise ModelLoadError(f"model '{entry.alias}' failed to load: {exc}") from exc
+            loaded.load_seconds = time.monotonic() - started
+            self.loaded[key] = loaded
+            self.metrics.loads.labels(entry.alias).inc()
+            self.metrics.loaded_models.set(len(self.loaded))
+            log.info("loaded %s in %.2fs", entry.alias, loaded.load_seconds)
+            return loaded
+
+    def _load_blocking(self, key: tuple, siblings: list[ModelEntry]) -> Loaded:
+        entry = siblings[0]
+        params: dict[str, Any] = dict(entry.load)
+        loaded = Loaded(key=key, entries=siblings)
+        if params.get("embedding"):
+            params.pop("embedding")
+            loaded.embedder = Llama(entry.model, embedding=True, **params)
+            return loaded
+        adapters = sorted({os.fspath(p) for e in siblings for p, _ in e.lora_adapters})
+        loaded.engine = Engine(
+            os.fspath(entry.model), adapters,
+            parallel=entry.parallel or self.config.parallel,
+            max_queue=entry.max_queue or self.config.max_queue,
+            n_ctx=params.get("n_ctx", 2048),
+            model_kwargs={k: v for k, v in params.items() if k in MODEL_KEYS},
+            context_kwargs={k: v for k, v in params.items() if k in CONTEXT_KEYS},
+        )
+        return loaded
+
+    async def _make_room(self, entry: ModelEntry) -> None:
+        """Evict least-recently-used idle bases until the new one fits the count and memory limits."""
+        limit, budget = self.config.max_loaded_models, self.config.memory_budget
+        need = os.path.getsize(entry.model) if os.path.exists(entry.model) else 0
+        deadline = time.monotonic() + 120
+        while True:
+            over_count = limit is not None and len(self.loaded) >= limit
+            over_memory = budget is not None and self.loaded and (
+                sum(m.memory_bytes() for m in self.loaded.values()) + need > budget)
+            if not (over_count or over_memory):
+                return
+            idle = sorted((m for m in self.loaded.values() if not m.busy()), key=lambda m: m.last_used)
+            if idle:
+                await self.unload(idle[0], reason="evicted")
+                continue
+            if time.monotonic() > deadline:
+                raise CapacityError("all loaded models are busy; try again shortly")
+            async with self._changed:
+                try:
+                    await asyncio.wait_for(self._changed.wait(), timeout=1.0)
+                except TimeoutError:
+                    pass
+
+    async def unload(self, loaded: Loaded, reason: str = "unloaded") -> None:
+        if self.loaded.get(loaded.key) is not loaded:
+            return
+        del self.loaded[loaded.key]
+        await asyncio.to_thread(loaded.close)
+        self.metrics.unloads.labels(loaded.entries[0].alias, reason).inc()
+        self.metrics.loaded_models.set(len(self.loaded))
+        log.info("%s %s", reason, loaded.entries[0].alias)
+
+    # -- idle unloading ----------------------------------------------------------------------
+
+    def idle_limit(self, loaded: Loaded) -> float | None:
+        limits = [e.idle_unload for e in loaded.entries if e.idle_unload is not None]
+        return max(limits) if limits else self.config.idle_unload
+
+    async def unload_idle(self) -> None:
+        now = time.monotonic()
+        for loaded in list(self.loaded.values()):
+            limit = self.idle_limit(loaded)
+            if limit is not None and limit >= 0 and not loaded.busy() and now - loaded.last_used >= limit:
+                await self.unload(loaded, reason="idle")
+
+    def start(self) -> None:
+        async def loop() -> None:
+            while True:
+                await asyncio.sleep(0.5)
+                await self.unload_idle()
+        self._idle_task = asyncio.get_running_loop().create_task(loop())
+
+    async def close(self) -> None:
+        if self._idle_task is not None:
+            self._idle_task.cancel()
+        for loaded in list(self.loaded.values()):
+            await self.unload(loaded, reason="shutdown")

@@ -1,0 +1,1 @@
+"""HTTP routes; each module serves one part of the API."""

@@ -1,0 +1,36 @@
+"""POST /v1/embeddings."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from contextlib import AsyncExitStack
+
+import numpy as np
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from llamaserve.errors import APIError
+from llamaserve.routes.requests import acquire, parse_body
+from llamaserve.schemas import EmbeddingRequest
+
+
+async def embeddings(request: Request) -> Response:
+    body = await parse_body(request, EmbeddingRequest)
+    if body.input == "" or body.input == []:
+        raise APIError(400, "input must not be empty", param="input")
+    async with AsyncExitStack() as stack:
+        entry, loaded = await acquire(stack, request.app.state.registry, body.model)
+        if loaded.embedder is None:
+            raise APIError(400, f"model '{entry.alias}' is not an embedding model (set embedding: true)",
+                           param="model")
+        async with loaded.embed_lock:
+            try:
+                result = await asyncio.to_thread(loaded.embedder.create_embedding, body.input,
+                                                 body.model or entry.alias)
+            except ValueError as exc:
+                raise APIError(400, str(exc), param="input") from None
+    if body.encoding_format == "base64":
+        for item in result["data"]:
+            item["embedding"] = base64.b64encode(np.asarray(item["embedding"], dtype="<f4").tobytes()).decode()
+    return JSONResponse(result)
