@@ -237,7 +237,10 @@ class Llama:
         sampling.validate()
         tokens = self._prompt_tokens(prompt, suffix)
         stops = [stop] if isinstance(stop, str) else list(stop or [])
-        events = self._run(tokens, sampling, max_tokens, stops, logprobs, echo, ignore_eos)
+        echo_text = None
+        if echo:
+            echo_text = prompt if isinstance(prompt, str) else self.model.detokenize(tokens, True).decode("utf-8", "replace")
+        events = self._run(tokens, sampling, max_tokens, stops, logprobs, echo_text, ignore_eos)
         name = model or self.model_path
         if stream:
             return self._stream_chunks(events, name)
@@ -257,7 +260,7 @@ class Llama:
         return self.model.tokenize(prompt, add_special=True, parse_special=False) or [self.model.token_bos]
 
     def _run(self, tokens: list[int], sampling: SamplingParams, max_tokens: int | None, stops: list[str],
-             n_logprobs: int | None, echo: bool, ignore_eos: bool) -> Iterator[tuple]:
+             n_logprobs: int | None, echo_text: str | None, ignore_eos: bool) -> Iterator[tuple]:
         """Yield ("text", delta, logprob_entry|None) events, then ("end", finish_reason, n_generated)."""
         room = self.ctx.n_ctx - len(tokens)
         if room < 0 or len(tokens) > self.ctx.n_ctx:
@@ -265,8 +268,8 @@ class Llama:
         limit = room if max_tokens is None or max_tokens <= 0 else min(max_tokens, room)
         want_lp = n_logprobs is not None
         stream = TextStream(stops)
-        if echo:
-            yield from self._echo(tokens, n_logprobs)
+        if echo_text is not None:
+            yield from self._echo(tokens, echo_text, n_logprobs)
         n_out, finish = 0, "length"
         piece = self._piece_text
         for token in self.generate(tokens, sampling, max_tokens=limit, ignore_eos=ignore_eos) if limit > 0 else ():
@@ -286,10 +289,10 @@ class Llama:
             yield ("text", tail, None)
         yield ("end", finish, n_out)
 
-    def _echo(self, tokens: list[int], n_logprobs: int | None) -> Iterator[tuple]:
+    def _echo(self, tokens: list[int], text: str, n_logprobs: int | None) -> Iterator[tuple]:
         """The prompt as output text; with logprobs, one event per prompt token (first has none)."""
         if n_logprobs is None:
-            yield ("text", self.model.detokenize(tokens, True).decode("utf-8", "replace"), None)
+            yield ("text", text, None)
             return
         rows = self.eval(tokens, logits_all=True)
         for i, token in enumerate(tokens):
