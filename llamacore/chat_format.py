@@ -93,6 +93,8 @@ def _compile(template: str) -> Any:
 def _flatten_content(message: Mapping[str, Any]) -> dict[str, Any]:
     """Join OpenAI text content parts with newlines, since most templates expect content to be a string."""
     content = message.get("content")
+    if content is None:              # OpenAI sends null content next to tool_calls; templates expect text
+        return {**message, "content": ""}
     if not isinstance(content, list):
         return dict(message)
     texts = []
@@ -156,6 +158,7 @@ _GEN_PROMPT = "{%- if add_generation_prompt -%}{{- PROMPT -}}{%- endif -%}"
 
 
 def _with_system(body: str, default_system: str = "") -> str:
+    """Prefix ``body`` with code splitting a leading system message into ``system``/``loop_messages``."""
     return "{%- set default_system = " + json.dumps(default_system) + " -%}" + _SPLIT_SYSTEM + body
 
 

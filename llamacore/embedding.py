@@ -40,7 +40,8 @@ def _normalized(v: np.ndarray) -> np.ndarray:
     return v / np.maximum(norm, 1e-12)
 
 
-def embed(llm: Llama, input: Any, *, normalize: bool, truncate: bool, return_count: bool):
+def embed_all(llm: Llama, input: Any, *, normalize: bool, truncate: bool) -> tuple[bool, list, int]:
+    """(was the input a single item?, one embedding per item, tokens used)."""
     ctx, model = llm.ctx, llm.model
     single, lists = _token_lists(llm, input)
     limit = ctx.n_batch
@@ -77,6 +78,4 @@ def embed(llm: Llama, input: Any, *, normalize: bool, truncate: bool, return_cou
         batch.add_sequence(tokens, 0, len(group), logits_last=True, logits_all=per_token)
         group.append(index)
     flush()
-    out = [r.tolist() for r in results]
-    value = out[0] if single else out
-    return (value, sum(map(len, lists))) if return_count else value
+    return single, [r.tolist() for r in results], sum(map(len, lists))

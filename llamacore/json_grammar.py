@@ -19,24 +19,19 @@ from urllib.parse import unquote
 
 __all__ = ["JSON_GRAMMAR", "schema_to_grammar"]
 
-# name -> (body, rules the body references); emitted only when used, in this order.
-_PRIMITIVES: dict[str, tuple[str, tuple[str, ...]]] = {
-    "value": (
-        "object | array | string | number | boolean | null",
-        ("object", "array", "string", "number", "boolean", "null"),
-    ),
-    "object": (
-        r'"{" ws (string ":" ws value ("," ws string ":" ws value)*)? "}" ws',
-        ("string", "value", "ws"),
-    ),
-    "array": (r'"[" ws (value ("," ws value)*)? "]" ws', ("value", "ws")),
-    "string": (r'"\"" char* "\"" ws', ("char", "ws")),
-    "char": (r'[^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})', ()),
-    "number": (r'"-"? ("0" | [1-9] [0-9]{0,15}) ("." [0-9]{1,16})? ([eE] [-+]? [0-9]{1,3})? ws', ("ws",)),
-    "integer": (r'"-"? ("0" | [1-9] [0-9]{0,15}) ws', ("ws",)),
-    "boolean": ('("true" | "false") ws', ("ws",)),
-    "null": ('"null" ws', ("ws",)),
-    "ws": (r'| " " | "\n" [ \t]{0,16}', ()),
+# Shared rules, emitted only when referenced. ``ws`` is the bounded whitespace that
+# follows every token (at most a newline plus 16 blanks).
+_PRIMITIVES = {
+    "value": "object | array | string | number | boolean | null",
+    "object": r'"{" ws (string ":" ws value ("," ws string ":" ws value)*)? "}" ws',
+    "array": r'"[" ws (value ("," ws value)*)? "]" ws',
+    "string": r'"\"" char* "\"" ws',
+    "char": r'[^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})',
+    "number": r'"-"? ("0" | [1-9] [0-9]{0,15}) ("." [0-9]{1,20})? ([eE] [-+]? [0-9]{1,3})? ws',
+    "integer": r'"-"? ("0" | [1-9] [0-9]{0,15}) ws',
+    "boolean": '("true" | "false") ws',
+    "null": '"null" ws',
+    "ws": r'| " " | "\n" [ \t]{0,16}',
 }
 
 _MAX_INT_DIGITS = 16  # matches the integer part of the number/integer rules above
@@ -54,9 +49,16 @@ _SUPPORTED = frozenset({
     *_INT_BOUNDS,
 })
 _TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")
-_NAME = re.compile(r"^[a-zA-Z0-9-]+$")
-
-
+# Type assumed when 'type' is absent but a type-specific keyword is present (else: any value).
+_IMPLIED_TYPE = {
+    **dict.fromkeys(("properties", "required", "additionalProperties"), "object"),
+    **dict.fromkeys(("items", "prefixItems", "minItems", "maxItems"), "array"),
+    **dict.fromkeys(("minLength", "maxLength"), "string"),
+    **dict.fromkeys(_INT_BOUNDS, "integer"),
+}
+_NAME = re.compile(r"[a-zA-Z0-9-]+")
+_ATOM = re.compile(r'([a-zA-Z0-9-]+|"([^"\\]|\\.)*"|\[([^\]\\]|\\.)*\])')
+_TERMINALS = re.compile(r'"(?:[^"\\]|\\.)*"|\[(?:[^\]\\]|\\.)*\]')
 _ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
@@ -68,28 +70,26 @@ def _quote(text: str) -> str:
     return '"' + "".join(escaped) + '"'
 
 
-def _key(name: str, ws: str) -> str:
+def _key(name: str) -> str:
     """Sequence for an object key and its colon."""
-    return f'{_quote(json.dumps(name, ensure_ascii=False))} {ws} ":" {ws}'
+    return f'{_quote(json.dumps(name, ensure_ascii=False))} ws ":" ws'
 
 
-def _literal(value: Any, ws: str, path: str) -> str:
+def _literal(value: Any, path: str) -> str:
     """Sequence matching the JSON ``value`` with optional whitespace between its tokens (ending in ``ws``)."""
     if isinstance(value, list):
-        items = f' "," {ws} '.join(_literal(v, ws, path) for v in value)
-        return f'"[" {ws} {items} "]" {ws}' if items else f'"[" {ws} "]" {ws}'
+        items = ' "," ws '.join(_literal(v, path) for v in value)
+        return f'"[" ws {items} "]" ws' if items else '"[" ws "]" ws'
     if isinstance(value, dict):
         if not all(isinstance(k, str) for k in value):
             raise ValueError(f"{path}: enum/const object keys must be strings")
-        members = f' "," {ws} '.join(f"{_key(k, ws)} {_literal(v, ws, path)}" for k, v in value.items())
-        return f'"{{" {ws} {members} "}}" {ws}' if members else f'"{{" {ws} "}}" {ws}'
+        members = ' "," ws '.join(f"{_key(k)} {_literal(v, path)}" for k, v in value.items())
+        return f'"{{" ws {members} "}}" ws' if members else '"{" ws "}" ws'
     try:
-        return f"{_quote(json.dumps(value, ensure_ascii=False, allow_nan=False))} {ws}"
+        return f"{_quote(json.dumps(value, ensure_ascii=False, allow_nan=False))} ws"
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{path}: enum/const value {value!r} is not JSON-serializable: {exc}") from None
 
-
-_ATOM = re.compile(r'^([a-zA-Z0-9-]+|"([^"\\]|\\.)*"|\[([^\]\\]|\\.)*\])$')
 
 
 def _group(alts: list[str]) -> str:
@@ -101,7 +101,7 @@ def _repeat(expr: str, lo: int, hi: int | None) -> str:
     """``expr`` repeated lo..hi times (hi None = unbounded); '' when it can only occur zero times."""
     if hi == 0:
         return ""
-    atom = expr if _ATOM.match(expr) else f"({expr})"
+    atom = expr if _ATOM.fullmatch(expr) else f"({expr})"
     if hi is None:
         return {0: f"{atom}*", 1: f"{atom}+"}.get(lo, f"{atom}{{{lo},}}")
     if lo == hi:
@@ -167,16 +167,8 @@ class _Converter:
         self.rules: dict[str, str] = {"root": ""}
         self.by_body: dict[str, str] = {}
         self.refs: dict[str, str] = {"#": "root"}
-        self.used: set[str] = set()
 
     # --- rule bookkeeping ---
-    def prim(self, name: str) -> str:
-        if name not in self.used:
-            self.used.add(name)
-            for dep in _PRIMITIVES[name][1]:
-                self.prim(dep)
-        return name
-
     def fresh(self, hint: str) -> str:
         base = re.sub(r"[^a-zA-Z0-9]+", "-", hint).strip("-") or "r"
         name, n = base, 0
@@ -187,7 +179,7 @@ class _Converter:
 
     def rule(self, hint: str, body: str) -> str:
         """Name for ``body``, reusing an identical rule so repeated sub-schemas stay compact."""
-        if _NAME.match(body):
+        if _NAME.fullmatch(body):
             return body
         if body not in self.by_body:
             name = self.fresh(hint)
@@ -252,7 +244,7 @@ class _Converter:
     def body(self, schema: Any, hint: str, path: str) -> str:
         """GBNF expression (possibly an alternation) matching ``schema``."""
         if schema is True or schema == {}:
-            return self.prim("value")
+            return "value"
         if schema is False:
             raise ValueError(f"{path}: schema 'false' matches nothing")
         if not isinstance(schema, Mapping):
@@ -268,19 +260,20 @@ class _Converter:
         if "anyOf" in constraints or "oneOf" in constraints:
             return self.alternatives(constraints, hint, path)
         if "const" in constraints:
-            return _literal(constraints["const"], self.prim("ws"), path)
+            return _literal(constraints["const"], path)
         if "enum" in constraints:
             values = constraints["enum"]
             if not isinstance(values, list) or not values:
                 raise ValueError(f"{path}: 'enum' must be a non-empty list")
-            return " | ".join(dict.fromkeys(_literal(v, self.prim("ws"), path) for v in values))
-        kind = constraints.get("type", self.infer_type(constraints))
+            return " | ".join(dict.fromkeys(_literal(v, path) for v in values))
+        implied = (t for k, t in _IMPLIED_TYPE.items() if k in constraints)
+        kind = constraints.get("type", next(implied, None))
         if isinstance(kind, list):
             if not kind:
                 raise ValueError(f"{path}: 'type' list is empty")
             return " | ".join(self.visit({**constraints, "type": t}, f"{hint}-{t}", path) for t in kind)
         if kind is None:
-            return self.prim("value")
+            return "value"
         if kind not in _TYPES:
             raise ValueError(f"{path}: unknown type {kind!r}")
         if kind != "integer":
@@ -291,20 +284,7 @@ class _Converter:
             return getattr(self, kind)(constraints, hint, path)
         if kind in ("string", "integer"):
             return getattr(self, kind)(constraints, path)
-        return self.prim(kind)
-
-    @staticmethod
-    def infer_type(schema: Mapping[str, Any]) -> str | None:
-        """Type implied by type-specific keywords when 'type' is absent (None: any value)."""
-        for kind, keys in (
-            ("object", ("properties", "required", "additionalProperties")),
-            ("array", ("items", "prefixItems", "minItems", "maxItems")),
-            ("string", ("minLength", "maxLength")),
-            ("integer", _INT_BOUNDS),
-        ):
-            if any(k in schema for k in keys):
-                return kind
-        return None
+        return kind
 
     def ref(self, ref: str, path: str) -> str:
         if ref not in self.refs:
@@ -341,23 +321,22 @@ class _Converter:
         # shape is usually meant to be exact, as in OpenAI strict structured outputs.
         additional = schema.get("additionalProperties", "properties" not in schema)
         if not props and additional in (True, {}):
-            return self.prim("object")
-        ws = self.prim("ws")
+            return "object"
         prefix = "" if hint == "root" else f"{hint}-"
         members = []  # (kv rule, required)
         for name, sub in props.items():
             value = self.visit(sub, f"{prefix}{name}", f"{path}/properties/{name}")
-            kv = self.rule(f"{prefix}{name}-kv", f"{_key(name, ws)} {value}")
+            kv = self.rule(f"{prefix}{name}-kv", f"{_key(name)} {value}")
             members.append((kv, name in required))
         extra = None
         if additional is not False:
             value = self.visit(additional, f"{prefix}additional", f"{path}/additionalProperties")
-            extra = self.rule(f"{prefix}additional-kv", f'{self.prim("string")} ":" {ws} {value}')
+            extra = self.rule(f"{prefix}additional-kv", f'string ":" ws {value}')
 
         def after(start: int) -> str:
-            parts = [f'"," {ws} {kv}' if req else f'("," {ws} {kv})?' for kv, req in members[start:]]
+            parts = [f'"," ws {kv}' if req else f'("," ws {kv})?' for kv, req in members[start:]]
             if extra:
-                parts.append(f'("," {ws} {extra})*')
+                parts.append(f'("," ws {extra})*')
             return " ".join(parts)
 
         # A member opens the object when every earlier member is optional and absent.
@@ -370,15 +349,14 @@ class _Converter:
         if nullable and extra:
             alts.append(f"{extra} {after(len(members))}")
         if not alts:
-            return f'"{{" {ws} "}}" {ws}'
+            return '"{" ws "}" ws'
         if len(alts) == 1 and not nullable:
             inner = alts[0]
         else:
             inner = "(" + " | ".join(alts) + ")" + ("?" if nullable else "")
-        return f'"{{" {ws} {inner} "}}" {ws}'
+        return f'"{{" ws {inner} "}}" ws'
 
     def array(self, schema: Mapping[str, Any], hint: str, path: str) -> str:
-        ws = self.prim("ws")
         lo, hi = self.bounds(schema, "minItems", "maxItems", path)
         items = schema.get("items", {})
         tuple_items = schema.get("prefixItems", items if isinstance(items, list) else None)
@@ -390,25 +368,25 @@ class _Converter:
             atoms = [
                 self.visit(s, f"{hint}-{i}", f"{path}/prefixItems/{i}") for i, s in enumerate(tuple_items)
             ]
-            inner = f' "," {ws} '.join(atoms)
+            inner = ' "," ws '.join(atoms)
         elif items is False or hi == 0:
             if lo > 0:
                 raise ValueError(f"{path}: 'minItems' contradicts an array that must be empty")
             inner = ""
         else:
             item = self.visit(items, f"{hint}-item", f"{path}/items")
-            rest = _repeat(f'"," {ws} {item}', max(lo - 1, 0), None if hi is None else hi - 1)
+            rest = _repeat(f'"," ws {item}', max(lo - 1, 0), None if hi is None else hi - 1)
             inner = f"{item} {rest}".strip()
             if lo == 0:
                 inner = f"({inner})?"
-        return f'"[" {ws} {inner} "]" {ws}' if inner else f'"[" {ws} "]" {ws}'
+        return f'"[" ws {inner} "]" ws' if inner else '"[" ws "]" ws'
 
     def string(self, schema: Mapping[str, Any], path: str) -> str:
         lo, hi = self.bounds(schema, "minLength", "maxLength", path)
         if lo == 0 and hi is None:
-            return self.prim("string")
-        chars = _repeat(self.prim("char"), lo, hi)
-        return f'"\\"" {chars} "\\"" {self.prim("ws")}' if chars else f'"\\"\\"" {self.prim("ws")}'
+            return "string"
+        chars = _repeat("char", lo, hi)
+        return f'"\\"" {chars} "\\"" ws' if chars else '"\\"\\"" ws'
 
     def integer(self, schema: Mapping[str, Any], path: str) -> str:
         for key in _INT_BOUNDS:
@@ -422,10 +400,10 @@ class _Converter:
         highs += [math.ceil(schema["exclusiveMaximum"]) - 1] if "exclusiveMaximum" in schema else []
         lo, hi = max(lows, default=None), min(highs, default=None)
         if lo is None and hi is None:
-            return self.prim("integer")
+            return "integer"
         if lo is not None and hi is not None and lo > hi:
             raise ValueError(f"{path}: integer bounds leave no valid value")
-        return f"{_int_range(lo, hi)} {self.prim('ws')}"
+        return f"{_int_range(lo, hi)} ws"
 
     @staticmethod
     def bounds(schema: Mapping[str, Any], lo_key: str, hi_key: str, path: str) -> tuple[int, int | None]:
@@ -440,7 +418,12 @@ class _Converter:
     def grammar(self) -> str:
         self.rules["root"] = self.body(self.document, "root", "#")
         lines = [f"{name} ::= {body}" for name, body in self.rules.items()]
-        lines += [f"{name} ::= {body}" for name, (body, _) in _PRIMITIVES.items() if name in self.used]
+        used, todo = set(), list(self.rules.values())
+        while todo:  # shared rules reachable from the schema's rules
+            for name in set(_NAME.findall(_TERMINALS.sub(" ", todo.pop()))) & _PRIMITIVES.keys() - used:
+                used.add(name)
+                todo.append(_PRIMITIVES[name])
+        lines += [f"{name} ::= {body}" for name, body in _PRIMITIVES.items() if name in used]
         return "\n".join(lines) + "\n"
 
 

@@ -341,7 +341,8 @@ class Llama:
 
     def create_embedding(self, input: str | list[str] | list[int] | list[list[int]], model: str | None = None,
                          normalize: bool = True) -> dict[str, Any]:
-        vectors, n_tokens = self.embed(input, normalize=normalize, return_count=True)
+        """OpenAI-shaped embeddings (normalized to unit length, as OpenAI's are)."""
+        _, vectors, n_tokens = self._embed(input, normalize, True)
         return {
             "object": "list",
             "data": [{"object": "embedding", "embedding": v, "index": i} for i, v in enumerate(vectors)],
@@ -351,10 +352,15 @@ class Llama:
 
     def embed(self, input, normalize: bool = False, truncate: bool = True, return_count: bool = False):
         """Embeddings of one input (a vector) or a list of inputs (a list of vectors)."""
+        single, vectors, n_tokens = self._embed(input, normalize, truncate)
+        value = vectors[0] if single else vectors
+        return (value, n_tokens) if return_count else value
+
+    def _embed(self, input, normalize: bool, truncate: bool) -> tuple[bool, list, int]:
         if not self.embedding:
             raise ValueError("Llama model must be created with embedding=True to call this method")
         self.reset()
-        return embedding.embed(self, input, normalize=normalize, truncate=truncate, return_count=return_count)
+        return embedding.embed_all(self, input, normalize=normalize, truncate=truncate)
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:

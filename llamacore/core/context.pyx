@@ -59,6 +59,17 @@ cdef class Context:
             n_ubatch = n_batch
         if not 1 <= n_seq_max <= llama.llama_max_parallel_sequences():
             raise ValueError(f"n_seq_max must be between 1 and {llama.llama_max_parallel_sequences()}")
+        if n_seq_max > 1:
+            # llama.cpp reserves its worst-case graph for min(n_ctx, n_ubatch) tokens split over
+            # n_seq_max sequences; when that does not divide evenly it rounds the token count up
+            # but not the output count, and mean pooling then fails GGML_ASSERT(ggml_can_mul_mat)
+            # (the process aborts). Keep the micro-batch a multiple of n_seq_max.
+            limit = n_ctx if n_ctx > 0 else model.n_ctx_train
+            if 0 < limit < n_ubatch:
+                n_ubatch = limit
+            if n_ubatch % n_seq_max:
+                n_ubatch = max(n_seq_max, n_ubatch - n_ubatch % n_seq_max)
+                n_batch = max(n_batch, n_ubatch)
         for name, t in (("type_k", type_k), ("type_v", type_v)):
             if t not in _CACHE_TYPES:
                 raise ValueError(f"{name} {t!r} is not a KV cache type; expected one of {sorted(_CACHE_TYPES)}")

@@ -224,6 +224,9 @@ cdef class Model:
 
     def tokenize(self, text, bint add_special=True, bint parse_special=False):
         """Token ids of `text` (str or UTF-8 bytes); add_special adds BOS/EOS as the model wants."""
+        if not isinstance(text, (str, bytes, bytearray, memoryview)):
+            # bytes(12345) would silently tokenize 12345 NUL bytes
+            raise TypeError(f"text must be str or bytes, not {type(text).__name__}")
         cdef bytes data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
         if len(data) > 0x7FFFFFF0:
             raise ValueError("text is too long to tokenize")

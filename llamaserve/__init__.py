@@ -1,0 +1,7 @@
+"""llamaserve: an OpenAI-compatible server for many GGUF models from one config file.
+
+Models load on first use, unload when idle, share a loaded base between LoRA aliases, and
+several stay resident under a model-count or memory budget.
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,296 @@
+"""The ``llamaserve`` command: serve, ``check`` a config, or ``init-config`` a starter one.
+
+Flags build the same raw settings a config file holds and go through ``parse_config``, so a
+flag gets exactly the validation and messages that the equivalent config key gets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from llamaserve import __version__
+from llamaserve.config import (
+    ConfigError,
+    ModelsDirScan,
+    ServerConfig,
+    load_config,
+    parse_config,
+    read_config_data,
+    scan_models_dir,
+)
+from llamaserve.config_keys import LOG_LEVELS
+
+__all__ = ["build_parser", "config_from_args", "describe", "main", "starter_config", "write_starter_config"]
+
+EXAMPLES = """\
+examples:
+  llamaserve --config llamaserve.yaml
+  llamaserve --model mistral-7b.Q4_K_M.gguf --alias chat --n-ctx 4096 --n-gpu-layers -1
+  llamaserve --model base.gguf --lora-scaled coder-lora.gguf 0.8 --port 8080
+  llamaserve --models-dir ~/models --max-loaded-models 2
+  llamaserve init-config ~/models && llamaserve check ~/models/llamaserve.yaml
+"""
+
+
+class UsageError(Exception):
+    """A command that cannot run as asked (exit status 2, like a config error)."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser; defaults come from LLAMASERVE_CONFIG and LLAMASERVE_API_KEY."""
+    parser = argparse.ArgumentParser(
+        prog="llamaserve", epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="OpenAI-compatible server for GGUF models: one config file, many models, lazy\n"
+                    "loading, idle unloading and LoRA aliases that share a loaded base model.\n\n"
+                    "Without a COMMAND it serves the models given by --config, --model or --models-dir.")
+    parser.add_argument("--version", action="version", version=f"llamaserve {__version__}")
+
+    what = parser.add_argument_group("what to serve (flags override the config file's values)")
+    what.add_argument("--config", metavar="FILE", default=os.environ.get("LLAMASERVE_CONFIG"),
+                      help="YAML, TOML or JSON config file (default: $LLAMASERVE_CONFIG)")
+    what.add_argument("--model", metavar="FILE",
+                      help="serve this GGUF model (replaces the config file's models list)")
+    what.add_argument("--models-dir", metavar="DIR",
+                      help="also serve every GGUF model in DIR, named by its file name without .gguf")
+
+    model = parser.add_argument_group(
+        "model options (with --model they apply to it; without, to every configured model)")
+    model.add_argument("--alias", metavar="NAME", help="name clients send as \"model\" (default: file stem)")
+    model.add_argument("--lora", metavar="FILE", action="append", default=[],
+                       help="apply a LoRA adapter at scale 1.0 (repeatable)")
+    model.add_argument("--lora-scaled", metavar=("FILE", "SCALE"), nargs=2, action="append", default=[],
+                       help="apply a LoRA adapter at SCALE (repeatable)")
+    model.add_argument("--n-ctx", type=int, metavar="N",
+                       help="context size in tokens shared by parallel requests (0 = training context)")
+    model.add_argument("--n-gpu-layers", type=int, metavar="N", help="layers offloaded to the GPU (-1 = all)")
+    model.add_argument("--threads", type=int, metavar="N", help="CPU threads used for decoding")
+    model.add_argument("--chat-format", metavar="NAME",
+                       help="built-in chat template (chatml, llama-3, mistral-instruct, ...) to use "
+                            "instead of the model's own")
+    model.add_argument("--embedding", action="store_true", help="load for /v1/embeddings")
+
+    server = parser.add_argument_group("server")
+    server.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    server.add_argument("--port", type=int, help="port to listen on (default 8000)")
+    server.add_argument("--api-key", metavar="KEY", default=os.environ.get("LLAMASERVE_API_KEY"),
+                        help="require \"Authorization: Bearer KEY\" on every route but /health "
+                             "(default: $LLAMASERVE_API_KEY)")
+    server.add_argument("--parallel", type=int, metavar="N",
+                        help="requests decoded together per loaded model (default 4)")
+    server.add_argument("--max-loaded-models", type=int, metavar="N",
+                        help="models resident at once; the least recently used one is unloaded first")
+    server.add_argument("--idle-unload", metavar="SECONDS",
+                        help="unload a model after this long without requests: seconds, 90s, 5m, 1h "
+                             "or never (default 300)")
+    server.add_argument("--log-level", choices=LOG_LEVELS, help="server log level (default info)")
+    server.add_argument("--print-config", action="store_true",
+                        help="print the resolved configuration and exit instead of serving")
+
+    commands = parser.add_subparsers(dest="command", title="commands", metavar="COMMAND")
+    check = commands.add_parser(
+        "check", help="validate a config file and print the models it resolves to",
+        description="Validate a config file and print the resolved models (aliases, files, adapters "
+                    "and load options). Exit status 0 when valid, 2 with one line per problem when not.")
+    check.add_argument("file", metavar="FILE", help="YAML, TOML or JSON config file")
+    init = commands.add_parser(
+        "init-config", help="write a commented starter config for the GGUF models in DIR",
+        description="Write a commented starter YAML config that serves every GGUF model in DIR "
+                    "(LoRA adapters found there are listed as a commented example).")
+    init.add_argument("directory", metavar="DIR", help="folder holding .gguf files")
+    init.add_argument("-o", "--output", metavar="FILE", help="where to write (default: DIR/llamaserve.yaml)")
+    init.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
+    return parser
+
+
+def config_from_args(args: argparse.Namespace) -> ServerConfig:
+    """Merge the flags over the config file (if any) and validate the result."""
+    if not (args.config or args.model or args.models_dir):
+        raise UsageError("nothing to serve: pass --config FILE, --model FILE or --models-dir DIR "
+                         "(or set LLAMASERVE_CONFIG)")
+    if not args.model and (args.alias or args.lora or args.lora_scaled):
+        raise UsageError("--alias, --lora and --lora-scaled need --model")
+    source = Path(args.config) if args.config else None
+    data = read_config_data(source) if source else {}
+    base_dir = source.absolute().parent if source else Path.cwd()
+    flags = {"host": args.host, "port": args.port, "api_key": args.api_key, "parallel": args.parallel,
+             "max_loaded_models": args.max_loaded_models, "idle_unload": args.idle_unload,
+             "log_level": args.log_level, "models_dir": args.models_dir and _absolute(args.models_dir)}
+    data.update({key: value for key, value in flags.items() if value is not None})
+    options = {"n_ctx": args.n_ctx, "n_gpu_layers": args.n_gpu_layers, "n_threads": args.threads,
+               "chat_format": args.chat_format, "embedding": args.embedding or None}
+    options = {key: value for key, value in options.items() if value is not None}
+    if args.model:
+        entry: dict[str, Any] = {"model": _absolute(args.model), **options}
+        if args.alias:
+            entry["alias"] = args.alias
+        adapters = {_absolute(path): 1.0 for path in args.lora}
+        adapters.update({_absolute(path): _scale(value) for path, value in args.lora_scaled})
+        if adapters:
+            entry["lora_adapters"] = adapters
+        data["models"] = [entry]
+    elif options:
+        if isinstance(data.get("defaults", {}), dict):
+            data["defaults"] = {**data.get("defaults", {}), **options}
+        if isinstance(data.get("models"), list):
+            data["models"] = [{**m, **options} if isinstance(m, dict) else m for m in data["models"]]
+    return parse_config(data, source, base_dir)
+
+
+def _absolute(path: str) -> str:
+    """Flag paths are relative to the working directory, not to the config file."""
+    return str(Path(path).expanduser().absolute())
+
+
+def _scale(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise UsageError(f"--lora-scaled: SCALE must be a number, got {text!r}") from None
+
+
+# -- check / --print-config ------------------------------------------------------------------
+
+
+def describe(config: ServerConfig) -> str:
+    """A readable summary of a resolved config: what ``check`` and ``--print-config`` print."""
+    server = (f"server: http://{config.host}:{config.port}  api key: {'set' if config.api_key else 'none'}  "
+              f"log level: {config.log_level}  cors: {', '.join(config.cors_origins) or '-'}")
+    registry = (f"registry: default model: {config.default_entry().alias}  "
+                f"max loaded models: {config.max_loaded_models or '-'}  "
+                f"memory budget: {_bytes(config.memory_budget)}  "
+                f"idle unload: {_seconds(config.idle_unload)}  "
+                f"parallel: {config.parallel}  max queue: {config.max_queue}")
+    lines = [f"config: {config.source or 'command line'}", server, registry,
+             f"models ({len(config.models)}):"]
+    for entry in config.models:
+        names = f"{entry.alias} (aliases: {', '.join(entry.aliases)})" if entry.aliases else entry.alias
+        lines += [f"  {names}", f"    model: {entry.model}"]
+        lines += [f"    lora: {path} (scale {scale:g})" for path, scale in entry.lora_adapters]
+        if entry.load:
+            lines.append("    load: " + ", ".join(f"{k}={v!r}" for k, v in entry.load.items()))
+        extras = {"chat_format": entry.chat_format, "chat_template": entry.chat_template and "custom",
+                  "idle_unload": entry.idle_unload and _seconds(entry.idle_unload),
+                  "parallel": entry.parallel, "max_queue": entry.max_queue}
+        shown = [f"{key}={value}" for key, value in extras.items() if value is not None]
+        if shown:
+            lines.append("    " + ", ".join(shown))
+        peers = [e.alias for e in config.models if e is not entry and e.base_key() == entry.base_key()]
+        if peers:
+            lines.append(f"    shares its loaded base model with: {', '.join(peers)}")
+    return "\n".join(lines)
+
+
+def _seconds(value: float | None) -> str:
+    return "never" if value is None or value == math.inf else f"{value:g}s"
+
+
+def _bytes(size: int | None) -> str:
+    if size is None:
+        return "-"
+    unit = max((u for u in range(5) if size >= 1024**u), default=0)
+    return f"{size / 1024**unit:.4g} {['B', 'KiB', 'MiB', 'GiB', 'TiB'][unit]}"
+
+
+# -- init-config -----------------------------------------------------------------------------
+
+
+STARTER = """\
+# llamaserve configuration written by `llamaserve init-config`.
+#   serve it:  llamaserve --config {output}
+#   check it:  llamaserve check {output}
+# Strings may read environment variables with ${{VAR}} or ${{VAR:-default}}; relative paths
+# are resolved against the folder of this file.
+
+host: 127.0.0.1
+port: 8000
+# api_key: ${{LLAMASERVE_API_KEY}}   # require "Authorization: Bearer <key>" (all routes but /health)
+# default_model: {first}   # used when a request names no model; else the first model below
+max_loaded_models: 2       # models resident at once; the least recently used is unloaded first
+# memory_budget: 12GiB     # and/or a cap on the memory of resident models
+idle_unload: 300           # seconds without requests before a model is unloaded (or 5m, never)
+
+defaults:                  # merged into every model below; a model's own keys win
+  n_ctx: 4096              # context size in tokens (0 = the model's training context)
+  n_gpu_layers: -1         # layers offloaded to the GPU, -1 = all (no effect without a GPU)
+  # n_threads: 8           # CPU threads for decoding
+  # flash_attn: auto
+
+models:
+"""
+
+
+def starter_config(scan: ModelsDirScan, folder: Path, output: Path) -> str:
+    """The starter YAML for a scanned folder, with paths relative to the output's folder."""
+    def rel(path: Path) -> str:
+        return json.dumps(Path(os.path.relpath(path, folder)).as_posix())   # JSON strings are YAML
+
+    text = STARTER.format(output=output, first=scan.models[0][0])
+    used: set[str] = set()
+    for alias, path, _ in scan.models:
+        name, n = alias, 1
+        while name in used:   # x.gguf next to x-00001-of-00002.gguf
+            n += 1
+            name = f"{alias}-{n}"
+        used.add(name)
+        text += f"  - alias: {json.dumps(name)}\n    model: {rel(path)}\n"
+        if len(used) == 1:
+            text += '    # aliases: ["gpt-4o-mini"]   # more names clients may send\n'
+    if scan.adapters:
+        text += ("\n# LoRA adapters found next to the models. To serve one, add an entry that reuses a\n"
+                 "# base model above: entries with the same model file and options share one loaded\n"
+                 "# copy of it and switch adapters per request, without reloading.\n")
+    for path, arch in scan.adapters:
+        base_alias, base_path, _ = ([m for m in scan.models if m[2] == arch] or list(scan.models))[0]
+        text += (f"#  - alias: {json.dumps(f'{base_alias}-{path.stem}')}\n#    model: {rel(base_path)}\n"
+                 f"#    lora_adapters:\n#      {rel(path)}: 1.0   # architecture: {arch}\n")
+    return text
+
+
+def write_starter_config(directory: str | Path, output: str | Path | None = None,
+                         force: bool = False) -> Path:
+    """Write the starter config for ``directory``; refuses to overwrite unless ``force``."""
+    directory = Path(directory).expanduser()
+    if not directory.is_dir():
+        raise UsageError(f"{directory}: not a directory")
+    output = Path(output).expanduser() if output else directory / "llamaserve.yaml"
+    if output.exists() and not force:
+        raise UsageError(f"{output} exists; pass --force to overwrite it")
+    scan = scan_models_dir(directory.absolute())
+    if not scan.models:
+        raise UsageError(f"no GGUF models found in {directory} (LoRA adapters, mmproj files and split parts "
+                         "after the first do not count)")
+    output.write_text(starter_config(scan, output.absolute().parent, output), encoding="utf-8")
+    return output
+
+
+# -- entry point -----------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; returns the exit status (2 for configuration and usage errors)."""
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "check":
+            print(describe(load_config(args.file)))
+            return 0
+        if args.command == "init-config":
+            path = write_starter_config(args.directory, args.output, args.force)
+            print(f"wrote {path}; check it with: llamaserve check {path}")
+            return 0
+        config = config_from_args(args)
+    except (ConfigError, UsageError) as e:
+        print(f"llamaserve: {e}" if isinstance(e, UsageError) else e, file=sys.stderr)
+        return 2
+    if args.print_config:
+        print(describe(config))
+        return 0
+    from llamaserve.app import serve  # the server stack is only needed to serve
+
+    serve(config)
+    return 0

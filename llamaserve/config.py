@@ -1,0 +1,420 @@
+"""Server configuration: read YAML/TOML/JSON, validate everything, resolve model files.
+
+A broken config must stop the server before it binds a port, with every problem reported at
+once and each naming the file and the key, so users fix all of them in one pass.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import tomllib
+
+from llamaserve.config_keys import (
+    ENTRY_KEYS,
+    LOAD_KEYS,
+    NAME_KEYS,
+    ROOT_KEYS,
+    Check,
+    EnvStr,
+    Invalid,
+    parse_duration,
+    parse_size,
+    scale,
+    string,
+    suggest,
+)
+from llamaserve.gguf_header import GGUFHeader, read_header
+
+__all__ = [
+    "ConfigError", "ModelEntry", "ModelsDirScan", "ServerConfig", "load_config", "parse_config",
+    "parse_duration", "parse_size", "read_config_data", "scan_models_dir",
+]
+
+log = logging.getLogger(__name__)
+
+_SPLIT_PART = re.compile(r"^(?P<stem>.+)-(?P<part>\d{5})-of-(?P<total>\d{5})\.gguf$")
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+class ConfigError(Exception):
+    """Every problem found in a config; ``str()`` gives one ``file: key: message`` per line."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """One servable name (plus extra names): a base model file, its load options and adapters."""
+
+    alias: str
+    aliases: tuple[str, ...]
+    model: Path
+    lora_adapters: tuple[tuple[Path, float], ...] = ()
+    load: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}), hash=False)
+    chat_format: str | None = None
+    chat_template: str | None = None
+    idle_unload: float | None = None
+    parallel: int | None = None
+    max_queue: int | None = None
+
+    def names(self) -> tuple[str, ...]:
+        return (self.alias, *self.aliases)
+
+    def base_key(self) -> tuple:
+        """Entries with equal keys share one loaded base model (and hot-swap their adapters)."""
+        return str(self.model), _hashable(self.load)
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Everything the server needs; idle_unload None (or inf) means never unload."""
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_key: str | None = None
+    default_model: str | None = None
+    models_dir: Path | None = None
+    max_loaded_models: int | None = None
+    memory_budget: int | None = None
+    idle_unload: float | None = 300
+    parallel: int = 4
+    max_queue: int = 64
+    log_level: str = "info"
+    cors_origins: tuple[str, ...] = ()
+    max_body_bytes: int = 4 * 1024 * 1024
+    shutdown_grace: float = 10.0
+    models: tuple[ModelEntry, ...] = ()
+    source: Path | None = None
+
+    def find(self, name: str) -> ModelEntry | None:
+        return next((m for m in self.models if name in m.names()), None)
+
+    def default_entry(self) -> ModelEntry | None:
+        if self.default_model is not None:
+            return self.find(self.default_model)
+        return self.models[0] if self.models else None
+
+
+def _hashable(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(_hashable(v) for v in value)
+    return value
+
+
+# -- reading ---------------------------------------------------------------------------------
+
+
+def read_config_data(path: str | os.PathLike[str]) -> dict:
+    """The raw mapping in a .yaml/.yml, .toml or .json file (no validation yet)."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in (".yaml", ".yml", ".toml", ".json"):
+        raise ConfigError([f"{path}: unsupported config type {suffix!r} (use .yaml, .yml, .toml or .json)"])
+    try:
+        if suffix == ".toml":
+            with open(path, "rb") as f:
+                data = tomllib.load(f)
+        else:
+            text = path.read_text(encoding="utf-8")
+            if suffix == ".json":
+                data = json.loads(text)
+            else:
+                import yaml  # only YAML configs need PyYAML
+                try:
+                    data = yaml.safe_load(text)
+                except yaml.YAMLError as e:
+                    raise ValueError(f"invalid YAML: {e}") from None
+    except FileNotFoundError:
+        raise ConfigError([f"{path}: file not found"]) from None
+    except (OSError, ValueError) as e:   # JSONDecodeError and TOMLDecodeError are ValueErrors
+        raise ConfigError([f"{path}: {e}".replace("\n", " ")]) from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError([f"{path}: expected a mapping at the top level, got {type(data).__name__}"])
+    return data
+
+
+def load_config(path: str | os.PathLike[str]) -> ServerConfig:
+    """Read, validate and resolve a config file; relative paths are relative to its folder."""
+    path = Path(path)
+    return parse_config(read_config_data(path), path, path.absolute().parent)
+
+
+# -- models_dir ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelsDirScan:
+    """What a folder of GGUF files holds: servable models (alias, first file), adapters, junk."""
+
+    models: tuple[tuple[str, Path, str | None], ...]   # (alias, file, architecture)
+    adapters: tuple[tuple[Path, str | None], ...]      # (file, architecture)
+    unreadable: tuple[tuple[Path, str], ...]        # (file, reason)
+
+
+def scan_models_dir(directory: Path) -> ModelsDirScan:
+    """Classify ``directory/*.gguf`` (not recursive) from their headers alone.
+
+    Skipped as models: LoRA adapters, multimodal projectors (mmproj* or clip), and parts 2..N
+    of split models (the first part, named without its -0000N-of-0000M suffix, stands for all).
+    """
+    models, adapters, unreadable = [], [], []
+    for path in sorted(p for p in directory.glob("*.gguf") if p.is_file()):
+        split = _SPLIT_PART.match(path.name)
+        if split and int(split["part"]) > 1:
+            continue
+        try:
+            header = _header(path)
+        except (OSError, ValueError) as e:
+            unreadable.append((path, str(e)))
+            continue
+        if header.type == "adapter":
+            adapters.append((path, header.architecture))
+        elif not (path.name.lower().startswith("mmproj") or header.type == "mmproj"
+                  or header.architecture == "clip"):
+            models.append((split["stem"] if split else path.stem, path, header.architecture))
+    return ModelsDirScan(tuple(models), tuple(adapters), tuple(unreadable))
+
+
+def _header(path: Path) -> GGUFHeader:
+    stat = path.stat()
+    return _cached_header(str(path), stat.st_mtime_ns, stat.st_size)
+
+
+@lru_cache(maxsize=256)
+def _cached_header(path: str, mtime_ns: int, size: int) -> GGUFHeader:
+    """Headers keyed by file identity: many entries usually share one base file."""
+    return read_header(path)
+
+
+# -- parsing ---------------------------------------------------------------------------------
+
+
+class _Problems(list):
+    """Problem lines, each prefixed with the config's name."""
+
+    def __init__(self, label: str) -> None:
+        super().__init__()
+        self.label = label
+
+    def add(self, key: str, message: str) -> None:
+        self.append(f"{self.label}: {key}: {message}")
+
+
+def parse_config(data: dict, source: Path | None, base_dir: Path) -> ServerConfig:
+    """Validate ``data`` (as read from ``source``) into a ServerConfig or raise ConfigError.
+
+    Strings get ${VAR} / ${VAR:-default} interpolation; relative paths resolve against
+    ``base_dir``; ``defaults`` is merged into every model entry (the entry wins).
+    """
+    problems = _Problems(str(source) if source else "<command line>")
+    if not isinstance(data, dict):
+        raise ConfigError([f"{problems.label}: expected a mapping at the top level"])
+    data = _interpolate(data, "", problems)
+    settings = _fields(data, ROOT_KEYS, "", problems, allowed=(*ROOT_KEYS, "defaults", "models"))
+
+    raw_defaults = _mapping(data.get("defaults"), "defaults", problems)
+    defaults = _fields(raw_defaults, ENTRY_KEYS, "defaults.", problems)
+    for key in NAME_KEYS:
+        if key in defaults:
+            problems.add(f"defaults.{key}", "not allowed in defaults (every model needs its own names)")
+            defaults.pop(key)
+    raw_models = data.get("models") or []
+    if not isinstance(raw_models, list):
+        problems.add("models", f"expected a list of model entries, got {raw_models!r}")
+        raw_models = []
+    entries = []
+    for i, item in enumerate(raw_models):
+        raw = _mapping(item, f"models[{i}]", problems)
+        fields = _fields(raw, ENTRY_KEYS, f"models[{i}].", problems)
+        if "model" not in raw or "model" in fields:   # else its bad value is reported already
+            entries.append(_entry(f"models[{i}]", {**defaults, **fields}, base_dir, problems))
+
+    models_dir = _path(settings["models_dir"], base_dir) if settings.get("models_dir") else None
+    if models_dir is not None and not models_dir.is_dir():
+        problems.add("models_dir", f"not a directory: {models_dir}")
+    elif models_dir is not None:
+        taken = {name for e in entries if e for name in e[1].names()}
+        entries += [_entry(f"models_dir[{path.name}]", {**defaults, "alias": alias, "model": str(path)},
+                           base_dir, problems) for alias, path in _discover(models_dir) if alias not in taken]
+    entries = [e for e in entries if e]
+    _check_names(entries, settings.get("default_model"), problems)
+    _check_chat_formats(entries, problems)
+    if not raw_models and not entries:
+        problems.add("models", "no models configured (add a models list, or a models_dir with GGUF models)")
+    if problems:
+        raise ConfigError(list(problems))
+
+    settings.update(models_dir=models_dir, cors_origins=settings.pop("cors", ()),
+                    api_key=settings.get("api_key") or None, models=tuple(e for _, e in entries),
+                    source=Path(os.path.normpath(source.absolute())) if source else None)
+    return ServerConfig(**settings)
+
+
+def _interpolate(value: Any, key: str, problems: _Problems) -> Any:
+    if isinstance(value, dict):
+        return {_interpolate(k, _join(key, k), problems): _interpolate(v, _join(key, k), problems)
+                for k, v in value.items()}
+    if isinstance(value, list):
+        return [_interpolate(v, f"{key}[{i}]", problems) for i, v in enumerate(value)]
+    if not isinstance(value, str) or "${" not in value:
+        return value
+
+    def substitute(match: re.Match) -> str:
+        name, default = match[1], match[2]
+        if name in os.environ:
+            return os.environ[name]
+        if default is not None:
+            return default
+        problems.add(key, f"environment variable {name} is not set (use ${{{name}:-default}} for a fallback)")
+        return ""
+    return EnvStr(_ENV_REF.sub(substitute, value))
+
+
+def _join(prefix: str, key: Any) -> str:
+    return f"{prefix}.{key}" if prefix else str(key)
+
+
+def _mapping(value: Any, key: str, problems: _Problems) -> dict:
+    if value is None or isinstance(value, dict):
+        return value or {}
+    problems.add(key, f"expected a mapping, got {value!r}")
+    return {}
+
+
+def _fields(raw: dict, spec: dict[str, Check], prefix: str, problems: _Problems,
+            allowed: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """Check every key of ``raw`` against ``spec``; unknown keys get a did-you-mean."""
+    allowed = allowed or tuple(spec)
+    clean = {}
+    for key, value in raw.items():
+        if key not in allowed:
+            problems.add(f"{prefix}{key}", f"unknown key{suggest(key, allowed)}")
+        elif key in spec:
+            try:
+                clean[key] = spec[key](value)
+            except Invalid as e:
+                problems.add(f"{prefix}{key}", str(e))
+    return clean
+
+
+def _path(text: str, base_dir: Path) -> Path:
+    """Absolute and normalised, without resolving symlinks (so names stay the user's)."""
+    return Path(os.path.normpath(base_dir / Path(text).expanduser()))
+
+
+def _discover(models_dir: Path) -> list[tuple[str, Path]]:
+    scan = scan_models_dir(models_dir)
+    for path, reason in scan.unreadable:
+        log.warning("models_dir: skipping %s: %s", path, reason)
+    return [(alias, path) for alias, path, _ in scan.models]
+
+
+def _entry(label: str, raw: dict, base_dir: Path, problems: _Problems) -> tuple[str, ModelEntry] | None:
+    """Build one entry from its merged keys, checking its files; None when it cannot be built."""
+    if "model" not in raw:
+        problems.add(f"{label}.model", "required (the path of a GGUF model file)")
+        return None
+    if "alias" in raw and "model_alias" in raw:
+        problems.add(f"{label}.model_alias", "give either alias or model_alias, not both")
+    model = _path(raw["model"], base_dir)
+    arch = _model_architecture(model, f"{label}.model", problems)
+    adapters = _adapters(raw.get("lora_adapters", {}), base_dir, f"{label}.lora_adapters", problems)
+    for path, _ in adapters:
+        adapter = _gguf(path, f"{label}.lora_adapters", problems)
+        if adapter is None:
+            continue
+        if adapter.type != "adapter":
+            kind = repr(adapter.type) if adapter.type else "not set"
+            problems.add(f"{label}.lora_adapters", f"{path.name} is not a LoRA adapter "
+                                                   f"(general.type is {kind}, not 'adapter'): {path}")
+        elif arch and adapter.architecture != arch:
+            problems.add(f"{label}.lora_adapters", f"adapter {path.name} is for architecture "
+                                                   f"{adapter.architecture!r}, model is {arch!r}")
+    alias = raw.get("alias") or raw.get("model_alias") or model.name.removesuffix(".gguf")
+    aliases = tuple(dict.fromkeys(a for a in raw.get("aliases", ()) if a != alias))
+    entry = ModelEntry(
+        alias=alias, aliases=aliases, model=model, lora_adapters=adapters,
+        load=MappingProxyType({k: raw[k] for k in LOAD_KEYS if k in raw}),
+        chat_format=raw.get("chat_format"), chat_template=raw.get("chat_template"),
+        idle_unload=raw.get("idle_unload"), parallel=raw.get("parallel"), max_queue=raw.get("max_queue"),
+    )
+    return label, entry
+
+
+def _gguf(path: Path, key: str, problems: _Problems) -> GGUFHeader | None:
+    if not path.is_file():
+        problems.add(key, f"file not found: {path}")
+        return None
+    try:
+        return _header(path)
+    except (OSError, ValueError) as e:
+        problems.add(key, f"{path} is not a readable GGUF file: {e}")
+        return None
+
+
+def _model_architecture(model: Path, key: str, problems: _Problems) -> str | None:
+    header = _gguf(model, key, problems)
+    if header is None:
+        return None
+    if header.type in ("adapter", "mmproj"):
+        what = "a LoRA adapter" if header.type == "adapter" else "a multimodal projector"
+        problems.add(key, f"{model.name} is {what}, not a model (general.type is {header.type!r})")
+        return None
+    return header.architecture
+
+
+def _adapters(value: Any, base_dir: Path, key: str, problems: _Problems) -> tuple[tuple[Path, float], ...]:
+    """``{path: scale}`` or ``[path, ...]`` (scale 1.0), as absolute paths."""
+    if isinstance(value, list) and all(isinstance(p, str) and p for p in value):
+        value = dict.fromkeys(value, 1.0)
+    if not isinstance(value, dict):
+        problems.add(key, f"expected a mapping of adapter paths to scales or a list of paths, got {value!r}")
+        return ()
+    adapters = []
+    for path, factor in value.items():
+        try:
+            adapters.append((_path(string(path), base_dir), scale(factor)))
+        except Invalid as e:
+            problems.add(f"{key}[{path!r}]", str(e))
+    return tuple(adapters)
+
+
+def _check_names(entries: list[tuple[str, ModelEntry]], default_model: str | None,
+                 problems: _Problems) -> None:
+    owner: dict[str, str] = {}
+    for label, entry in entries:
+        for i, name in enumerate(entry.names()):
+            if name in owner and owner[name] != label:
+                key = f"{label}.alias" if i == 0 else f"{label}.aliases[{i - 1}]"
+                problems.add(key, f"duplicate alias {name!r} (also {owner[name]})")
+            owner.setdefault(name, label)
+    if default_model is not None and default_model not in owner:
+        problems.add("default_model", f"no model named {default_model!r}{suggest(default_model, owner)}")
+
+
+def _check_chat_formats(entries: list[tuple[str, ModelEntry]], problems: _Problems) -> None:
+    named = [(label, e.chat_format) for label, e in entries if e.chat_format]
+    if not named:
+        return
+    from llamacore.chat_format import TEMPLATES  # loads the extension: only when needed
+
+    for label, name in named:
+        if name not in TEMPLATES:
+            problems.add(f"{label}.chat_format", f"unknown chat format {name!r}{suggest(name, TEMPLATES)}; "
+                                                 f"known: {', '.join(TEMPLATES)}")

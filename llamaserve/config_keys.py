@@ -1,0 +1,206 @@
+"""What each config key accepts: value checkers, size and duration parsers, the key tables.
+
+Each checker returns the clean value or raises Invalid with a message that names the expected
+type and the bad value; config.py adds the file and key path, so every message reads the same.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
+KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1")
+POOLING_TYPES = ("unspecified", "none", "mean", "cls", "last", "rank")
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*(?:([kmgtp])(i)?)?(b)?\s*$", re.IGNORECASE)
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*(s|m|h)?\s*$", re.IGNORECASE)
+_DURATION_UNITS = {None: 1, "s": 1, "m": 60, "h": 3600}
+
+
+def parse_size(text: int | str) -> int:
+    """Bytes from an int or "500MB" / "12GiB" / "2G".
+
+    KB, MB, GB, TB are powers of 1000; KiB, MiB, ... and the bare K, M, G, T (as in Docker) of 1024.
+    """
+    if isinstance(text, int) and not isinstance(text, bool) and text >= 0:
+        return text
+    match = _SIZE.match(text) if isinstance(text, str) else None
+    if not match:
+        raise ValueError(f"invalid size {text!r} (use bytes or a number with a unit: 500MB, 12GiB, 2G)")
+    number, prefix, binary, byte = match.groups()
+    exponent = "kmgtp".index(prefix.lower()) + 1 if prefix else 0
+    base = 1000 if prefix and byte and not binary else 1024
+    return round(float(number) * base**exponent)
+
+
+def parse_duration(value: float | str) -> float:
+    """Seconds from a number or "90s" / "5m" / "1.5h"; "never" is infinity."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+        return float(value)
+    if isinstance(value, str) and value.strip().lower() == "never":
+        return math.inf
+    match = _DURATION.match(value) if isinstance(value, str) else None
+    if not match:
+        raise ValueError(f"invalid duration {value!r} (use seconds, or a number with s, m or h, or 'never')")
+    return float(match[1]) * _DURATION_UNITS[match[2] and match[2].lower()]
+
+
+class Invalid(Exception):
+    """A value's problem; the caller prefixes the file and key path."""
+
+
+class EnvStr(str):
+    """A string produced by ${VAR} interpolation: numeric and boolean keys may parse it."""
+
+
+Check = Callable[[Any], Any]
+_TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
+
+
+def _int(lo: int | None = None, hi: int | None = None) -> Check:
+    def check(v: Any) -> int:
+        if isinstance(v, EnvStr) and re.fullmatch(r"\s*-?\d+\s*", v):
+            v = int(v)
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise Invalid(f"expected an integer, got {v!r}")
+        if (lo is not None and v < lo) or (hi is not None and v > hi):
+            bound = f"between {lo} and {hi}" if hi is not None else f"at least {lo}"
+            raise Invalid(f"must be {bound}, got {v}")
+        return v
+    return check
+
+
+def _float(lo: float = 0.0) -> Check:
+    def check(v: Any) -> float:
+        if isinstance(v, EnvStr):
+            try:
+                v = float(v)
+            except ValueError:
+                pass
+        if not isinstance(v, (int, float)) or isinstance(v, bool):
+            raise Invalid(f"expected a number, got {v!r}")
+        if v < lo:
+            raise Invalid(f"must be at least {lo}, got {v}")
+        return float(v)
+    return check
+
+
+def _bool(v: Any) -> bool:
+    if isinstance(v, EnvStr) and v.strip().lower() in _TRUE + _FALSE:
+        return v.strip().lower() in _TRUE
+    if not isinstance(v, bool):
+        raise Invalid(f"expected true or false, got {v!r}")
+    return v
+
+
+def string(v: Any) -> str:
+    """A non-empty string (also used for paths before they are resolved)."""
+    if not isinstance(v, str) or not v:
+        raise Invalid(f"expected a non-empty string, got {v!r}")
+    return str(v)
+
+
+def _choice(options: tuple[str, ...]) -> Check:
+    def check(v: Any) -> str:
+        if v not in options:
+            raise Invalid(f"expected one of {', '.join(options)}, got {v!r}{suggest(v, options)}")
+        return str(v)
+    return check
+
+
+def _optional(check: Check) -> Check:
+    return lambda v: None if v is None else check(v)
+
+
+def _flash_attn(v: Any) -> bool | str:
+    if v in ("auto", "on", "off"):
+        return str(v)
+    try:
+        return _bool(v)
+    except Invalid:
+        raise Invalid(f"expected true, false, auto, on or off, got {v!r}") from None
+
+
+def _pooling(v: Any) -> int | str:
+    if v in POOLING_TYPES:
+        return str(v)
+    try:
+        return _int(-1, len(POOLING_TYPES) - 2)(v)
+    except Invalid:
+        raise Invalid(f"expected one of {', '.join(POOLING_TYPES)} (or its number), "
+                      f"got {v!r}{suggest(v, POOLING_TYPES)}") from None
+
+
+def _list_of(check: Check, what: str) -> Check:
+    def list_check(v: Any) -> list:
+        if not isinstance(v, list):
+            raise Invalid(f"expected a list of {what}, got {v!r}")
+        return [check(item) for item in v]
+    return list_check
+
+
+def _via(parse: Callable[[Any], Any], positive: bool = False) -> Check:
+    def check(v: Any) -> Any:
+        try:
+            result = parse(v)
+        except (ValueError, TypeError) as e:
+            raise Invalid(str(e)) from None
+        if positive and not result > 0:
+            raise Invalid(f"must be greater than zero, got {v!r}")
+        return result
+    return check
+
+
+def _kv_overrides(v: Any) -> dict:
+    if not isinstance(v, Mapping) or not all(
+            isinstance(k, str) and isinstance(x, (bool, int, float, str)) for k, x in v.items()):
+        raise Invalid(f"expected a mapping of metadata keys to booleans, numbers or strings, got {v!r}")
+    return dict(v)
+
+
+def _cors(v: Any) -> tuple[str, ...]:
+    return tuple(_list_of(string, "strings")([v] if isinstance(v, str) else v))
+
+
+def suggest(word: Any, options: Any) -> str:
+    """A " (did you mean 'x'?)" hint for a misspelt key or value, or ""."""
+    close = difflib.get_close_matches(str(word), [str(o) for o in options], n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+ROOT_KEYS: dict[str, Check] = {
+    "host": string, "port": _int(1, 65535), "api_key": _optional(lambda v: str(v)),
+    "default_model": _optional(string), "models_dir": _optional(string),
+    "max_loaded_models": _optional(_int(1)), "memory_budget": _optional(_via(parse_size, positive=True)),
+    "idle_unload": _optional(_via(parse_duration)), "parallel": _int(1), "max_queue": _int(0),
+    "log_level": _choice(LOG_LEVELS), "cors": _cors, "max_body_bytes": _via(parse_size, positive=True),
+    "shutdown_grace": _float(),
+}
+LOAD_KEYS: dict[str, Check] = {
+    "n_ctx": _int(0), "n_batch": _int(1), "n_ubatch": _int(1),
+    "n_threads": _optional(_int(1)), "n_threads_batch": _optional(_int(1)),
+    "n_gpu_layers": _int(-1), "main_gpu": _int(0), "split_mode": _choice(("none", "layer", "row")),
+    "tensor_split": _list_of(_float(), "numbers"), "use_mmap": _bool, "use_mlock": _bool,
+    "flash_attn": _flash_attn,
+    "type_k": _choice(KV_CACHE_TYPES), "type_v": _choice(KV_CACHE_TYPES), "offload_kqv": _bool,
+    "rope_freq_base": _float(), "rope_freq_scale": _float(), "embedding": _bool,
+    "pooling_type": _pooling, "kv_overrides": _kv_overrides,
+    "seed": _int(),
+}
+ENTRY_KEYS: dict[str, Check] = {
+    "alias": string, "model_alias": string, "aliases": _list_of(string, "strings"), "model": string,
+    "lora_adapters": lambda v: v,   # resolved against the config's folder in config.py
+    "chat_format": _optional(string), "chat_template": _optional(string),
+    "idle_unload": _optional(_via(parse_duration)), "parallel": _optional(_int(1)),
+    "max_queue": _optional(_int(0)), **LOAD_KEYS,
+}
+NAME_KEYS = ("alias", "model_alias", "aliases")
+
+
+def scale(v: Any) -> float:
+    """A LoRA adapter scale: any number (negative scales subtract the adapter)."""
+    return _float(-math.inf)(v)
+

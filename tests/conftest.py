@@ -1,0 +1,179 @@
+"""Shared fixtures: tiny generated GGUF models/adapters, the real test models, and run_isolated."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_MODELS = REPO_ROOT.parent / "shared/models"
+
+# Small thread count: the test machine is shared and has 2 cores. ggml's worker threads spin
+# while they wait for each other, so on a machine that is busy with something else
+# LLAMACORE_TEST_THREADS=1 can be much faster.
+N_THREADS = int(os.environ.get("LLAMACORE_TEST_THREADS", "2"))
+
+
+# -- generated tiny models ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def tiny_models_dir(tmp_path_factory):
+    """Session directory holding every generated tiny model and adapter."""
+    return tmp_path_factory.mktemp("tiny_models")
+
+
+@pytest.fixture(scope="session")
+def tiny_spec():
+    """The TinyModelSpec of `tiny_model_path` (defaults: 64-dim, 2 layers, 4 heads, 2 KV heads)."""
+    from llamacore.tiny_models import TinyModelSpec
+
+    return TinyModelSpec()
+
+
+@pytest.fixture(scope="session")
+def tiny_model_path(tiny_models_dir, tiny_spec):
+    from llamacore.tiny_models import write_model
+
+    return write_model(tiny_models_dir / "model-f32.gguf", tiny_spec)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_f16_path(tiny_models_dir):
+    from llamacore.tiny_models import TinyModelSpec, write_model
+
+    return write_model(tiny_models_dir / "model-f16.gguf", TinyModelSpec(dtype="f16"))
+
+
+@pytest.fixture(scope="session")
+def lora_a_path(tiny_models_dir, tiny_spec):
+    from llamacore.tiny_models import write_lora
+
+    return write_lora(tiny_models_dir / "lora-a.gguf", tiny_spec, seed=1)
+
+
+@pytest.fixture(scope="session")
+def lora_b_path(tiny_models_dir, tiny_spec):
+    from llamacore.tiny_models import write_lora
+
+    return write_lora(tiny_models_dir / "lora-b.gguf", tiny_spec, seed=2)
+
+
+@pytest.fixture(scope="session")
+def lora_other_arch_path(tiny_models_dir, tiny_spec):
+    """An adapter with the right tensor shapes but general.architecture = gpt2."""
+    from llamacore.tiny_models import write_lora
+
+    return write_lora(tiny_models_dir / "lora-gpt2.gguf", tiny_spec, seed=3, arch="gpt2")
+
+
+@pytest.fixture(scope="session")
+def lora_wrong_shape_path(tiny_models_dir):
+    """A llama adapter made for a 128-dim base model (shapes do not match the 64-dim tiny model)."""
+    from llamacore.tiny_models import TinyModelSpec, write_lora
+
+    spec = TinyModelSpec(n_embd=128, n_ff=256)
+    return write_lora(tiny_models_dir / "lora-wrong-shape.gguf", spec, seed=4)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_model_path):
+    """The f32 tiny model, loaded once per session (read-only: do not mutate it)."""
+    import llamacore
+
+    return llamacore.Model(tiny_model_path)
+
+
+# -- real models ----------------------------------------------------------------------------
+
+
+def _shared_model(name: str) -> Path:
+    path = SHARED_MODELS / name
+    if not path.is_file():
+        pytest.skip(f"real test model {name} not found at {path} (the ../shared/models folder is "
+                    "only present in the project's own checkout)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def stories_path():
+    """stories260K.gguf: trained llama model (TinyStories), llama-spm tokenizer with 512 tokens."""
+    return _shared_model("stories260K.gguf")
+
+
+@pytest.fixture(scope="session")
+def minilm_path():
+    """all-MiniLM-L6-v2-f16.gguf: BERT sentence embedding model, 384 dims, mean pooling."""
+    return _shared_model("all-MiniLM-L6-v2-f16.gguf")
+
+
+# -- isolation for calls that could abort the process ---------------------------------------
+
+
+def run_isolated(code: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run Python `code` in a fresh interpreter (cwd = repo root) and return the CompletedProcess.
+
+    Use it for inputs that could make llama.cpp abort (GGML_ASSERT / SIGABRT): the crash then
+    shows up as a negative returncode in the test instead of killing pytest. `code` is dedented.
+    """
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    env.setdefault("OMP_NUM_THREADS", str(N_THREADS))
+    env.setdefault("GGML_NO_BACKTRACE", "1")  # an abort should not spend seconds attaching gdb
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        check=False, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout,
+    )
+
+
+def describe(proc: subprocess.CompletedProcess) -> str:
+    """A failure message for an isolated run: return code (signal) plus its output tails."""
+    rc = proc.returncode
+    how = f"killed by signal {-rc}" if rc < 0 else f"exit code {rc}"
+    return f"child {how}\n--- stdout ---\n{proc.stdout[-3000:]}\n--- stderr ---\n{proc.stderr[-3000:]}"
+
+
+@pytest.fixture(scope="session")
+def isolated():
+    """Fixture form of run_isolated for tests that prefer injection over import."""
+    return run_isolated
+
+
+# -- a running server ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def embed_model_path(tiny_models_dir):
+    """A tiny llama model used as an embedder (mean pooling over its hidden states)."""
+    from llamacore.tiny_models import TinyModelSpec, write_model
+
+    return write_model(tiny_models_dir / "embed-f32.gguf", TinyModelSpec(seed=5, name="tiny-embed"))
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory, tiny_model_path, lora_a_path, lora_b_path, embed_model_path):
+    """One llamaserve process: a base model, three LoRA aliases sharing it, and an embedder."""
+    from server import ServerProcess
+
+    config = {
+        "idle_unload": 600,
+        "parallel": 8,
+        "max_queue": 64,
+        "defaults": {"n_ctx": 256, "n_threads": N_THREADS},
+        "models": [
+            {"alias": "base", "model": str(tiny_model_path), "aliases": ["gpt-test"]},
+            {"alias": "la", "model": str(tiny_model_path), "lora_adapters": {str(lora_a_path): 1.0}},
+            {"alias": "lb", "model": str(tiny_model_path), "lora_adapters": {str(lora_b_path): 1.0}},
+            {"alias": "lab", "model": str(tiny_model_path),
+             "lora_adapters": {str(lora_a_path): 1.0, str(lora_b_path): 0.5}},
+            {"alias": "emb", "model": str(embed_model_path), "embedding": True, "pooling_type": "mean"},
+        ],
+    }
+    proc = ServerProcess(config, tmp_path_factory.mktemp("server")).start()
+    yield proc
+    proc.stop()

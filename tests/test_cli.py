@@ -1,0 +1,252 @@
+"""The llamaserve command line: check, init-config, flag-built configs (real files, real processes)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import gguf
+import pytest
+
+from llamaserve.cli import build_parser, config_from_args, main
+from llamaserve.config import load_config
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_cli(*args: str | Path, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess:
+    """``python -m llamaserve ARGS`` in a fresh interpreter, without the user's LLAMASERVE_* settings."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("LLAMASERVE_")}
+    environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), environ.get("PYTHONPATH")]))
+    environ.update(env)
+    return subprocess.run([sys.executable, "-m", "llamaserve", *map(str, args)], cwd=cwd or REPO_ROOT,
+                          env=environ, capture_output=True, text=True, timeout=120, check=False)
+
+
+def fake_gguf(path: Path, arch: str = "llama", kind: str | None = None) -> Path:
+    w = gguf.GGUFWriter(path, arch)
+    if kind:
+        w.add_type(kind)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def _place(src: Path, dst: Path) -> Path:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copyfile(src, dst)
+    return dst
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory, tiny_model_path, lora_a_path, lora_b_path) -> Path:
+    """A folder with a tiny model, two adapters for it, an mmproj and a split model."""
+    d = tmp_path_factory.mktemp("cli_models")
+    _place(tiny_model_path, d / "tiny.gguf")
+    _place(lora_a_path, d / "lora-a.gguf")
+    _place(lora_b_path, d / "lora-b.gguf")
+    fake_gguf(d / "mmproj-tiny-f16.gguf", arch="clip")
+    fake_gguf(d / "split-00001-of-00002.gguf")
+    fake_gguf(d / "split-00002-of-00002.gguf")
+    return d
+
+
+@pytest.fixture(autouse=True)
+def no_user_env(monkeypatch):
+    """build_parser reads LLAMASERVE_CONFIG / LLAMASERVE_API_KEY; keep the caller's out of tests."""
+    monkeypatch.delenv("LLAMASERVE_CONFIG", raising=False)
+    monkeypatch.delenv("LLAMASERVE_API_KEY", raising=False)
+
+
+def from_flags(*argv: str | Path):
+    return config_from_args(build_parser().parse_args([str(a) for a in argv]))
+
+
+# -- help ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args, expected", [
+    ((), ["--config FILE", "--model FILE", "--models-dir DIR", "--lora-scaled FILE SCALE", "--n-ctx",
+          "--n-gpu-layers", "--threads", "--chat-format", "--embedding", "--host", "--port", "--api-key",
+          "--parallel", "--max-loaded-models", "--idle-unload", "--log-level", "LLAMASERVE_CONFIG",
+          "LLAMASERVE_API_KEY", "init-config", "check"]),
+    (("check",), ["FILE", "Exit status 0"]),
+    (("init-config",), ["DIR", "--output", "--force"]),
+])
+def test_help(args, expected):
+    proc = run_cli(*args, "--help")
+    assert proc.returncode == 0, proc.stderr
+    for text in expected:
+        assert text in proc.stdout
+
+
+# -- check -----------------------------------------------------------------------------------
+
+
+def test_check_prints_the_resolved_models(models, tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(f"""
+port: 8123
+memory_budget: 2GiB
+defaults: {{n_ctx: 512, n_threads: 2}}
+models:
+  - {{alias: chat, aliases: [gpt-4], model: {models}/tiny.gguf}}
+  - alias: chat-a
+    model: {models}/tiny.gguf
+    lora_adapters: {{{models}/lora-a.gguf: 1.0, {models}/lora-b.gguf: 0.5}}
+    chat_format: chatml
+""")
+    proc = run_cli("check", path)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert f"config: {path}" in out and "http://127.0.0.1:8123" in out and "memory budget: 2 GiB" in out
+    assert "chat (aliases: gpt-4)" in out and f"model: {models / 'tiny.gguf'}" in out
+    assert f"lora: {models / 'lora-a.gguf'} (scale 1)" in out
+    assert f"lora: {models / 'lora-b.gguf'} (scale 0.5)" in out
+    assert "load: n_ctx=512, n_threads=2" in out and "chat_format=chatml" in out
+    assert "shares its loaded base model with: chat-a" in out
+
+
+def test_check_reports_every_problem_and_exits_2(models, tmp_path):
+    path = tmp_path / "broken.toml"
+    path.write_text(f'port = "x"\n[[models]]\nalias = "a"\nmodel = "{models}/tiny.gguf"\nn_cxt = 5\n'
+                    f'[[models]]\nalias = "a"\nmodel = "missing.gguf"\n')
+    proc = run_cli("check", path)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.splitlines() == [
+        f"{path}: port: expected an integer, got 'x'",
+        f"{path}: models[0].n_cxt: unknown key (did you mean 'n_ctx'?)",
+        f"{path}: models[1].model: file not found: {tmp_path / 'missing.gguf'}",
+        f"{path}: models[1].alias: duplicate alias 'a' (also models[0])",
+    ]
+
+
+def test_check_missing_file(tmp_path):
+    proc = run_cli("check", tmp_path / "none.yaml")
+    assert proc.returncode == 2 and "file not found" in proc.stderr
+
+
+# -- init-config -----------------------------------------------------------------------------
+
+
+def test_init_config_round_trip(models, tmp_path):
+    folder = tmp_path / "m"
+    folder.mkdir()
+    for f in models.iterdir():
+        _place(f, folder / f.name)
+    proc = run_cli("init-config", folder)
+    assert proc.returncode == 0, proc.stderr
+    path = folder / "llamaserve.yaml"
+    text = path.read_text()
+    config = load_config(path)
+    assert [(m.alias, m.model.name) for m in config.models] == [("split", "split-00001-of-00002.gguf"),
+                                                                 ("tiny", "tiny.gguf")]
+    assert config.max_loaded_models == 2 and config.idle_unload == 300
+    assert dict(config.models[0].load) == {"n_ctx": 4096, "n_gpu_layers": -1}
+    assert '"lora-a.gguf": 1.0' in text and "mmproj" not in text and "00002-of" not in text
+    assert run_cli("check", path).returncode == 0
+
+    # the commented adapter examples become valid entries once uncommented
+    start = text.index("# LoRA adapters")
+    uncommented = text[:start] + re.sub(r"(?m)^#(  .*)$", r"\1", text[start:])
+    (folder / "uncommented.yaml").write_text(uncommented)
+    entries = load_config(folder / "uncommented.yaml").models
+    adapters = {m.alias: [p.name for p, _ in m.lora_adapters] for m in entries if m.lora_adapters}
+    assert sorted(adapters.values()) == [["lora-a.gguf"], ["lora-b.gguf"]]
+
+    again = run_cli("init-config", folder)
+    assert again.returncode == 2 and "--force" in again.stderr and path.read_text() == text
+    path.write_text("edited")
+    assert run_cli("init-config", folder, "--force").returncode == 0 and path.read_text() == text
+
+
+def test_init_config_output_elsewhere_uses_relative_paths(models, tmp_path):
+    out = tmp_path / "conf" / "serve.yaml"
+    out.parent.mkdir()
+    proc = run_cli("init-config", models, "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    assert f'model: "{os.path.relpath(models / "tiny.gguf", out.parent)}"' in out.read_text()
+    assert [m.model for m in load_config(out).models] == [models / "split-00001-of-00002.gguf",
+                                                          models / "tiny.gguf"]
+
+
+def test_init_config_refuses_a_folder_without_models(tmp_path):
+    fake_gguf(tmp_path / "adapter.gguf", kind="adapter")
+    proc = run_cli("init-config", tmp_path)
+    assert proc.returncode == 2 and "no GGUF models found" in proc.stderr
+    assert not (tmp_path / "llamaserve.yaml").exists()
+    assert main(["init-config", str(tmp_path / "nope")]) == 2
+
+
+# -- flags -----------------------------------------------------------------------------------
+
+
+def test_single_model_from_flags(models, monkeypatch):
+    monkeypatch.chdir(models)   # flag paths are relative to the working directory
+    config = from_flags("--model", "tiny.gguf", "--alias", "tiny-chat", "--lora", "lora-a.gguf",
+                        "--lora-scaled", "lora-b.gguf", "-0.5", "--n-ctx", "256", "--n-gpu-layers", "0",
+                        "--threads", "2", "--chat-format", "chatml", "--embedding", "--host", "0.0.0.0",
+                        "--port", "9001", "--api-key", "k", "--parallel", "8", "--max-loaded-models", "1",
+                        "--idle-unload", "5m", "--log-level", "debug")
+    assert config.source is None
+    assert (config.host, config.port, config.api_key, config.parallel) == ("0.0.0.0", 9001, "k", 8)
+    assert (config.max_loaded_models, config.idle_unload, config.log_level) == (1, 300.0, "debug")
+    (entry,) = config.models
+    assert (entry.alias, entry.model, entry.chat_format) == ("tiny-chat", models / "tiny.gguf", "chatml")
+    assert entry.lora_adapters == ((models / "lora-a.gguf", 1.0), (models / "lora-b.gguf", -0.5))
+    assert dict(entry.load) == {"n_ctx": 256, "n_gpu_layers": 0, "n_threads": 2, "embedding": True}
+
+
+def test_flags_override_the_config_file(models, tmp_path, monkeypatch):
+    path = tmp_path / "c.yaml"
+    path.write_text(f"port: 8000\napi_key: from-file\ndefaults: {{n_ctx: 1024}}\n"
+                    f"models:\n  - {{alias: a, model: {models}/tiny.gguf, n_ctx: 2048}}\n")
+    config = from_flags("--config", path, "--port", "9000", "--n-ctx", "128", "--models-dir", models)
+    assert config.port == 9000 and config.api_key == "from-file" and config.source == path
+    assert [m.alias for m in config.models] == ["a", "split", "tiny"]
+    assert all(m.load["n_ctx"] == 128 for m in config.models)
+
+    monkeypatch.setenv("LLAMASERVE_CONFIG", str(path))
+    monkeypatch.setenv("LLAMASERVE_API_KEY", "from-env")
+    config = from_flags()
+    assert config.source == path and config.api_key == "from-env"
+    assert from_flags("--model", models / "tiny.gguf").models[0].alias == "tiny"   # --model replaces models
+
+
+def test_print_config_via_subprocess(models):
+    proc = run_cli("--model", "tiny.gguf", "--lora-scaled", "lora-a.gguf", "0.5", "--print-config",
+                   cwd=models)
+    assert proc.returncode == 0, proc.stderr
+    assert "config: command line" in proc.stdout
+    assert f"lora: {models / 'lora-a.gguf'} (scale 0.5)" in proc.stdout
+
+
+@pytest.mark.parametrize("argv, message", [
+    ([], "nothing to serve"),
+    (["--lora", "x.gguf", "--models-dir", "."], "--alias, --lora and --lora-scaled need --model"),
+    (["--model", "missing.gguf"], "<command line>: models[0].model: file not found"),
+    (["--model", "tiny.gguf", "--port", "0"], "<command line>: port: must be between 1 and 65535, got 0"),
+    (["--model", "tiny.gguf", "--lora-scaled", "lora-a.gguf", "big"], "SCALE must be a number, got 'big'"),
+    (["--model", "tiny.gguf", "--idle-unload", "soon"], "<command line>: idle_unload: invalid duration"),
+    (["--model", "tiny.gguf", "--chat-format", "chatmll"], "(did you mean 'chatml'?)"),
+    (["--model", "tiny.gguf", "--lora", "tiny.gguf"], "is not a LoRA adapter"),
+])
+def test_flag_errors_exit_2(models, monkeypatch, capsys, argv, message):
+    monkeypatch.chdir(models)
+    assert main([*argv, "--print-config"]) == 2
+    captured = capsys.readouterr()
+    assert message in captured.err and captured.out == ""
+
+
+def test_argparse_errors_exit_2(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["--port", "abc"])
+    assert info.value.code == 2 and "invalid int value" in capsys.readouterr().err

@@ -1,0 +1,88 @@
+"""llamaserve.gguf_header: header-only GGUF parsing, checked against gguf's own writer and reader."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import gguf
+import pytest
+
+from llamaserve.gguf_header import read_header
+
+
+def fake_gguf(path: Path, kind: str | None = None, endian: gguf.GGUFEndian = gguf.GGUFEndian.LITTLE) -> Path:
+    """A header-only GGUF with every kind of value before general.type, so readers must skip them."""
+    w = gguf.GGUFWriter(path, "llama", endianess=endian)
+    w.add_array("tokenizer.ggml.tokens", ["<s>", "</s>", "hello"])
+    w.add_array("test.nested", [[1, 2], [3]])
+    w.add_array("test.floats", [0.5, 1.5])
+    w.add_uint8("test.u8", 7)
+    w.add_int64("test.i64", -5)
+    w.add_float64("test.f64", 2.5)
+    w.add_bool("test.flag", True)
+    if kind:
+        w.add_type(kind)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def test_header_of_real_model_and_adapter(tiny_model_path, lora_other_arch_path):
+    model = read_header(tiny_model_path)
+    assert (model.version, model.architecture, model.type) == (3, "llama", None)
+    assert model.tensor_count == len(gguf.GGUFReader(tiny_model_path).tensors)
+    adapter = read_header(lora_other_arch_path)
+    assert (adapter.architecture, adapter.type) == ("gpt2", "adapter")
+
+
+@pytest.mark.parametrize("endian", [gguf.GGUFEndian.LITTLE, gguf.GGUFEndian.BIG])
+def test_header_skips_every_value_type(tmp_path, endian):
+    path = fake_gguf(tmp_path / "f.gguf", kind="mmproj", endian=endian)
+    keys = {"general.type", "test.u8", "test.i64", "test.f64", "test.flag", "test.nested"}
+    header = read_header(path, keys)
+    assert dict(header.metadata) == {"general.type": "mmproj", "test.u8": 7, "test.i64": -5,
+                                     "test.f64": 2.5, "test.flag": True}   # arrays are skipped, not kept
+    assert (header.kv_count, header.tensor_count) == (9, 0)
+
+
+def test_header_stops_once_the_keys_are_known(tmp_path):
+    w = gguf.GGUFWriter(tmp_path / "t.gguf", "llama")
+    w.add_type("model")
+    w.add_array("big", list(range(1000)))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.close()
+    data = (tmp_path / "t.gguf").read_bytes()
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(data[:len(data) - 2000])   # the array runs past the end of the file
+    assert read_header(cut).type == "model"
+    with pytest.raises(ValueError, match="truncated"):
+        read_header(cut, {"general.type", "not.there"})
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda b: b"", "bad magic"),
+    (lambda b: b"GGML" + b[4:], "bad magic"),
+    (lambda b: b[:4], "truncated"),
+    (lambda b: b[:30], "truncated"),
+    (lambda b: b[:4] + struct.pack("<I", 99) + b[8:], "unsupported GGUF version 99"),
+    (lambda b: b[:16] + struct.pack("<Q", 2**40) + b[24:], "cannot fit"),
+])
+def test_malformed_headers_raise_value_error(tmp_path, mutate, message):
+    good = fake_gguf(tmp_path / "good.gguf").read_bytes()
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(mutate(good))
+    with pytest.raises(ValueError, match=message):
+        read_header(bad, {"never.found"})
+
+
+def test_unknown_value_type_raises(tmp_path):
+    key = b"general.architecture"
+    raw = b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", len(key)) + key + struct.pack("<I", 42)
+    path = tmp_path / "weird.gguf"
+    path.write_bytes(raw + b"\0" * 16)
+    with pytest.raises(ValueError, match="unknown value type 42"):
+        read_header(path)

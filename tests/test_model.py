@@ -1,0 +1,112 @@
+"""Model: loading, vocabulary, metadata and sizes of the tiny llama model (and the f16 variant)."""
+
+import pytest
+
+import llamacore
+from llamacore.tiny_models import CHATML_TEMPLATE, TinyModelSpec
+
+HELLO_WORLD_IDS = [1, 15043, 2787]  # llama-spm: <s> ▁Hello ▁World
+
+
+def test_tokenize_hello_world(tiny_model):
+    assert tiny_model.tokenize("Hello World") == HELLO_WORLD_IDS
+    assert tiny_model.tokenize("Hello World", add_special=True) == HELLO_WORLD_IDS
+    assert tiny_model.tokenize("Hello World", add_special=False) == HELLO_WORLD_IDS[1:]
+    assert tiny_model.tokenize(b"Hello World") == HELLO_WORLD_IDS
+
+
+def test_detokenize_round_trip(tiny_model):
+    ids = tiny_model.tokenize("Hello World", add_special=False)
+    # llama.cpp's SPM detokenizer strips the space prefix of the first piece...
+    assert tiny_model.detokenize(ids) == b"Hello World"
+    # ...but not when BOS comes first: BOS renders as nothing and " Hello" keeps its space.
+    assert tiny_model.detokenize(HELLO_WORLD_IDS) == b" Hello World"
+    assert tiny_model.detokenize(HELLO_WORLD_IDS, remove_special=True) == b" Hello World"
+    assert tiny_model.detokenize(HELLO_WORLD_IDS, unparse_special=True) == b"<s> Hello World"
+    assert tiny_model.detokenize([]) == b""
+
+
+def test_round_trip_longer_text(tiny_model):
+    text = "The quick brown fox jumps over the lazy dog, 123 times!"
+    ids = tiny_model.tokenize(text, add_special=False)
+    assert len(ids) > 5
+    assert tiny_model.detokenize(ids).decode() == text
+
+
+def test_token_to_piece(tiny_model):
+    assert tiny_model.token_to_piece(15043) == b" Hello"
+    assert tiny_model.token_to_piece(2787) == b" World"
+    assert tiny_model.token_to_piece(1) == b""              # control tokens hidden by default
+    assert tiny_model.token_to_piece(1, special=True) == b"<s>"
+    assert tiny_model.token_to_piece(2, special=True) == b"</s>"
+    assert tiny_model.token_text(15043) == "\u2581Hello"
+
+
+def test_special_tokens(tiny_model):
+    assert tiny_model.token_bos == 1
+    assert tiny_model.token_eos == 2
+    assert tiny_model.add_bos is True
+    assert tiny_model.is_eog(2)
+    assert not tiny_model.is_eog(15043)
+    assert tiny_model.is_control(1)
+    assert not tiny_model.is_control(15043)
+
+
+def test_metadata(tiny_model, tiny_spec):
+    meta = tiny_model.metadata
+    assert meta["general.architecture"] == "llama"
+    assert meta["general.name"] == tiny_spec.name
+    assert meta["llama.embedding_length"] == str(tiny_spec.n_embd)
+    assert tiny_model.architecture == "llama"
+    # metadata returns a copy: mutating it must not change the model's view
+    meta["general.architecture"] = "changed"
+    assert tiny_model.metadata["general.architecture"] == "llama"
+
+
+def test_dimensions_match_spec(tiny_model, tiny_spec):
+    assert tiny_model.n_vocab == 32000
+    assert tiny_model.n_embd == tiny_spec.n_embd
+    assert tiny_model.n_embd_out == tiny_spec.n_embd
+    assert tiny_model.n_layer == tiny_spec.n_layer
+    assert tiny_model.n_head == tiny_spec.n_head
+    assert tiny_model.n_head_kv == tiny_spec.n_head_kv
+    assert tiny_model.n_ctx_train == tiny_spec.n_ctx_train
+    assert tiny_model.has_decoder and not tiny_model.has_encoder
+    assert not tiny_model.is_recurrent
+
+
+def test_chat_template(tiny_model):
+    assert tiny_model.chat_template() == CHATML_TEMPLATE
+    assert tiny_model.chat_template("no-such-template") is None
+
+
+def test_size_and_params(tiny_model, tiny_spec):
+    assert tiny_model.size > 0
+    assert tiny_model.n_params > 0
+    # token_embd + output (32000 x n_embd each) dominate; f32 = 4 bytes per parameter
+    assert tiny_model.n_params >= 2 * 32000 * tiny_spec.n_embd
+    assert tiny_model.size == 4 * tiny_model.n_params
+
+
+def test_f16_model(tiny_model_f16_path, tiny_model):
+    m16 = llamacore.Model(tiny_model_f16_path)
+    assert m16.n_params == tiny_model.n_params
+    assert m16.size < tiny_model.size  # 2-D weights stored as f16
+    assert m16.tokenize("Hello World") == HELLO_WORLD_IDS
+    assert "F16" in m16.desc
+
+
+def test_vocab_only(tiny_model_path):
+    m = llamacore.Model(tiny_model_path, vocab_only=True)
+    assert m.n_vocab == 32000
+    assert m.tokenize("Hello World") == HELLO_WORLD_IDS
+
+
+def test_kv_override(tiny_model_path):
+    m = llamacore.Model(tiny_model_path, kv_overrides={"llama.context_length": 4096})
+    assert m.n_ctx_train == 4096
+
+
+def test_spec_validation():
+    with pytest.raises(ValueError):
+        TinyModelSpec(dtype="q4_0")
