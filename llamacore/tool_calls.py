@@ -29,17 +29,27 @@ def style_for(template: str) -> str:
 
 
 def _call_schema(tools: list[dict[str, Any]], args_key: str) -> dict[str, Any]:
-    """JSON schema of one call to any of `tools` (a oneOf over the functions)."""
-    variants = []
+    """JSON schema of one call to any of `tools` (a oneOf over the functions).
+
+    Each tool's `$defs`/`definitions` move to the combined schema's root so that its local
+    `#/$defs/...` references still resolve there.
+    """
+    variants: list[dict[str, Any]] = []
+    hoisted: dict[str, dict[str, Any]] = {"$defs": {}, "definitions": {}}
     for tool in tools:
         fn = tool.get("function", tool)
+        params = dict(fn.get("parameters") or {"type": "object"})
+        for section in hoisted:
+            for name, definition in (params.pop(section, None) or {}).items():
+                if hoisted[section].setdefault(name, definition) != definition:
+                    raise ValueError(f"tools define '{section}/{name}' differently; rename one of them")
         variants.append({
             "type": "object",
-            "properties": {"name": {"const": fn["name"]},
-                           args_key: fn.get("parameters") or {"type": "object"}},
+            "properties": {"name": {"const": fn["name"]}, args_key: params},
             "required": ["name", args_key],
         })
-    return variants[0] if len(variants) == 1 else {"oneOf": variants}
+    schema: dict[str, Any] = variants[0] if len(variants) == 1 else {"oneOf": variants}
+    return {**schema, **{k: v for k, v in hoisted.items() if v}}
 
 
 def forcing_grammar(tools: list[dict[str, Any]], style: str) -> str:
