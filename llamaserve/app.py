@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import signal
 
 import uvicorn
 from starlette.applications import Starlette
@@ -23,7 +24,7 @@ from llamaserve.registry import Registry
 from llamaserve.routes.chat import chat_completions
 from llamaserve.routes.completions import completions
 from llamaserve.routes.embeddings import embeddings
-from llamaserve.routes.models import admin_load, admin_models, admin_unload, health, list_models, metrics
+from llamaserve.routes.models import admin_load, admin_models, admin_unload, health, list_models, prometheus
 
 log = logging.getLogger("llamaserve")
 
@@ -63,7 +64,7 @@ def create_app(config: ServerConfig) -> Starlette:
         Route("/v1/embeddings", embeddings, methods=["POST"]),
         Route("/v1/models", list_models, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
-        Route("/metrics", metrics, methods=["GET"]),
+        Route("/metrics", prometheus, methods=["GET"]),
         Route("/openapi.json", _openapi, methods=["GET"]),
         Route("/admin/models", admin_models, methods=["GET"]),
         Route("/admin/models/{alias}/load", admin_load, methods=["POST"]),
@@ -82,9 +83,19 @@ def create_app(config: ServerConfig) -> Starlette:
     return app
 
 
+class _Server(uvicorn.Server):
+    """SIGTERM is how services are stopped: shut down gracefully, then exit 0 instead of re-raising it."""
+
+    def handle_exit(self, sig: int, frame) -> None:
+        super().handle_exit(sig, frame)
+        if sig == signal.SIGTERM and sig in self._captured_signals:
+            self._captured_signals.remove(sig)
+
+
 def serve(config: ServerConfig) -> None:
     """Run the server until SIGINT/SIGTERM; in-flight streams get `shutdown_grace` seconds."""
-    logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    level = "DEBUG" if config.log_level.lower() == "trace" else config.log_level.upper()
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = create_app(config)
-    uvicorn.run(app, host=config.host, port=config.port, log_level=config.log_level.lower(),
-                timeout_graceful_shutdown=config.shutdown_grace)
+    _Server(uvicorn.Config(app, host=config.host, port=config.port, log_level=config.log_level.lower(),
+                           timeout_graceful_shutdown=config.shutdown_grace)).run()

@@ -117,7 +117,8 @@ class Engine:
         with self._cond:
             if self._closed:
                 raise EngineClosedError("model is unloading")
-            if len(self._queue) >= self.max_queue:
+            free = sum(1 for s in self._slots if s.req is None)
+            if len(self._queue) >= self.max_queue + free:
                 raise QueueFullError(f"queue is full ({self.max_queue} waiting)")
             self._queue.append(req)
             self._cond.notify()

@@ -49,7 +49,7 @@ async def generate(engine: Engine, tokens: list[int], sampling: SamplingParams, 
     req = GenRequest(tokens, sampling, limit, adapters, emit, n_logprobs=n_logprobs, ignore_eos=ignore_eos)
     engine.submit(req)
     stream = TextStream(stops)
-    started, first, count = time.monotonic(), None, 0
+    started, first, count, finished = time.monotonic(), None, 0, False
     try:
         while True:
             kind, value, extra = await events.get()
@@ -63,19 +63,22 @@ async def generate(engine: Engine, tokens: list[int], sampling: SamplingParams, 
                     yield Piece(text, extra)
                 if stream.stopped:
                     req.cancel()
+                    finished = True
                     yield Finish("stop", count)
                     return
             elif kind == "end":
                 tail = stream.finish()
                 if tail:
                     yield Piece(tail)
-                reason = "stop" if value in ("stop", "cancelled") else "length"
-                yield Finish(reason, count)
+                finished = True
+                yield Finish("stop" if value == "stop" else "length", count)
                 return
             else:
                 raise value
     finally:
-        req.cancel()
+        req.cancel()                 # no-op when finished; frees the sequence when the client left
+        if not finished:
+            metrics.cancelled.inc()
         metrics.prompt_tokens.labels(model_name).inc(len(tokens))
         metrics.completion_tokens.labels(model_name).inc(count)
         if first is not None and count > 1:

@@ -22,7 +22,7 @@ async def health(request: Request) -> Response:
     return JSONResponse({"status": "ok"})
 
 
-async def metrics(request: Request) -> Response:
+async def prometheus(request: Request) -> Response:
     state = request.app.state
     engines = [m.engine for m in state.registry.loaded.values() if m.engine is not None]
     state.metrics.active_sequences.set(sum(e.active for e in engines))

@@ -1,0 +1,177 @@
+"""Registry behaviour, limits, auth and errors of a real llamaserve process (raw HTTP where needed)."""
+
+import asyncio
+import json
+import re
+import time
+
+import httpx
+import openai
+import pytest
+
+from server import ServerProcess
+
+KEY = "sk-test-123"
+
+
+@pytest.fixture(scope="module")
+def limited(tmp_path_factory, tiny_model_path, tiny_model_f16_path, lora_a_path):
+    folder = tmp_path_factory.mktemp("limited")
+    broken = folder / "broken.gguf"
+    data = tiny_model_path.read_bytes()
+    broken.write_bytes(data[: len(data) // 3])           # header intact, tensor data cut off
+    config = {
+        "api_key": KEY, "max_loaded_models": 1, "idle_unload": 600, "max_body_bytes": 20000,
+        "parallel": 2, "max_queue": 1,
+        "defaults": {"n_ctx": 128, "n_threads": 2},
+        "models": [
+            {"alias": "m32", "model": str(tiny_model_path)},
+            {"alias": "m32-lora", "model": str(tiny_model_path), "lora_adapters": {str(lora_a_path): 1.0}},
+            {"alias": "m16", "model": str(tiny_model_f16_path), "idle_unload": 1},
+            {"alias": "broken", "model": str(broken)},
+        ],
+    }
+    proc = ServerProcess(config, folder).start()
+    yield proc
+    proc.stop()
+
+
+def complete(server, model, prompt="Hello", max_tokens=4, **kw):
+    return server.post("/v1/completions", json={"model": model, "prompt": prompt, "max_tokens": max_tokens,
+                                                "temperature": 0, **kw})
+
+
+def assert_openai_error(resp, status):
+    assert resp.status_code == status, resp.text
+    err = resp.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"} and err["message"]
+    return err
+
+
+def test_auth(limited):
+    url = limited.base_url
+    assert httpx.get(url + "/health").status_code == 200
+    assert_openai_error(httpx.get(url + "/v1/models"), 401)
+    assert_openai_error(httpx.get(url + "/v1/models", headers={"Authorization": "Bearer wrong"}), 401)
+    assert_openai_error(httpx.get(url + "/admin/models"), 401)
+    assert httpx.get(url + "/v1/models", headers={"Authorization": f"Bearer {KEY}"}).status_code == 200
+    client = openai.OpenAI(base_url=url + "/v1", api_key="nope", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        client.models.list()
+    assert KEY not in limited.log()
+
+
+def test_lazy_load_shared_base_and_lru_eviction(limited):
+    assert limited.admin_state("m32")["state"] == "unloaded"
+    assert complete(limited, "m32").status_code == 200
+    assert complete(limited, "m32-lora").status_code == 200
+    state = limited.admin_state("m32-lora")
+    assert state["state"] == "loaded" and "m32" in state["shared_with"]     # one base, two aliases
+    assert complete(limited, "m16").status_code == 200                     # max_loaded_models: 1
+    assert limited.admin_state("m32")["state"] == "unloaded"
+    metrics = limited.get("/metrics").text
+    assert 'llamaserve_model_unloads_total{model="m32",reason="evicted"} 1.0' in metrics
+
+
+def test_idle_unload(limited):
+    assert complete(limited, "m16").status_code == 200
+    deadline = time.monotonic() + 15
+    while limited.admin_state("m16")["state"] == "loaded" and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert limited.admin_state("m16")["state"] == "unloaded"
+    assert 'reason="idle"' in limited.get("/metrics").text
+
+
+def test_admin_load_unload(limited):
+    r = limited.post("/admin/models/m32/load")
+    assert r.status_code == 200 and limited.admin_state("m32")["state"] == "loaded"
+    assert limited.post("/admin/models/m32/unload").json()["state"] == "unloaded"
+    assert_openai_error(limited.post("/admin/models/nope/load"), 404)
+
+
+def test_failed_load_is_a_clear_error_and_server_stays_up(limited):
+    err = assert_openai_error(complete(limited, "broken"), 500)
+    assert "broken" in err["message"] and "failed to load" in err["message"]
+    assert "Traceback" not in err["message"]
+    assert limited.get("/health").status_code == 200
+    assert complete(limited, "m32").status_code == 200
+
+
+@pytest.mark.parametrize("name", ["../../etc/passwd", "/etc/passwd", "http://example.com/x.gguf", "m32/../m16"])
+def test_model_names_are_never_paths(limited, name):
+    err = assert_openai_error(complete(limited, name), 404)
+    assert "m32" in err["message"] and err["code"] == "model_not_found"
+
+
+def test_bad_requests(limited):
+    h = {**limited.headers(), "content-type": "application/json"}
+    assert_openai_error(limited.post("/v1/completions", content=b'{"prompt": ', headers=h), 400)
+    assert_openai_error(limited.post("/v1/completions", content=b'[1, 2]', headers=h), 400)
+    err = assert_openai_error(complete(limited, "m32", temperature=7), 400)
+    assert err["param"] == "temperature"
+    assert_openai_error(complete(limited, "m32", max_tokens=-1), 400)
+    assert_openai_error(limited.post("/v1/chat/completions", json={"model": "m32", "messages": []}), 400)
+    assert_openai_error(limited.post("/v1/chat/completions", json={"model": "m32", "messages": [
+        {"role": "wizard", "content": "x"}]}), 400)
+    assert_openai_error(complete(limited, "m32", prompt=[1, 99999999]), 400)
+    ok = complete(limited, "m32", some_future_field={"x": 1})           # unknown fields are ignored
+    assert ok.status_code == 200
+    assert_openai_error(limited.post("/v1/embeddings", json={"model": "m32", "input": "x"}), 400)
+    assert_openai_error(limited.post("/v1/nothing-here", json={}), 404)
+
+
+def test_prompt_longer_than_context(limited):
+    err = assert_openai_error(complete(limited, "m32", prompt="word " * 300), 400)
+    match = re.search(r"maximum context length is (\d+) tokens, but the prompt has (\d+) tokens", err["message"])
+    assert match and int(match.group(1)) >= 128 and int(match.group(2)) > int(match.group(1))
+    assert err["code"] == "context_length_exceeded"
+
+
+def test_body_too_large(limited):
+    assert_openai_error(complete(limited, "m32", prompt="x" * 30000), 413)
+
+
+def test_queue_full_answers_503_with_retry_after(limited):
+    async def flood():
+        async with httpx.AsyncClient(base_url=limited.base_url, headers=limited.headers(), timeout=120) as c:
+            body = {"model": "m32", "prompt": "Once", "max_tokens": 60, "temperature": 0, "ignore_eos": True}
+            return await asyncio.gather(*(c.post("/v1/completions", json=body) for _ in range(6)))
+    responses = asyncio.run(flood())
+    codes = sorted(r.status_code for r in responses)
+    assert codes.count(200) >= 3 and 503 in codes, codes           # 2 running + 1 queued fit
+    for r in responses:
+        if r.status_code == 503:
+            assert r.headers["retry-after"] and r.json()["error"]["type"] == "server_error"
+
+
+def test_disconnect_mid_stream_frees_the_sequence(limited):
+    body = {"model": "m32", "prompt": "Once", "max_tokens": 120, "temperature": 0, "ignore_eos": True,
+            "stream": True}
+    with httpx.stream("POST", limited.base_url + "/v1/completions", json=body, headers=limited.headers(),
+                      timeout=60) as r:
+        lines = r.iter_lines()
+        first = [next(lines) for _ in range(4)]
+        assert any(line.startswith("data: {") for line in first)
+        assert limited.admin_state("m32")["active_sequences"] == 1
+    deadline = time.monotonic() + 10
+    while limited.admin_state("m32")["active_sequences"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert limited.admin_state("m32")["active_sequences"] == 0
+    assert "llamaserve_cancelled_requests_total 1.0" in limited.get("/metrics").text
+
+
+def test_openapi_and_metrics(limited):
+    spec = limited.get("/openapi.json").json()
+    assert {"/v1/completions", "/v1/chat/completions", "/v1/embeddings"} <= set(spec["paths"])
+    assert "CompletionRequest" in spec["components"]["schemas"]
+    text = limited.get("/metrics").text
+    for name in ("llamaserve_requests_total", "llamaserve_completion_tokens_total", "llamaserve_loaded_models",
+                 "llamaserve_time_to_first_token_seconds_bucket", "llamaserve_queue_depth"):
+        assert name in text
+
+
+def test_sigterm_exits_cleanly(tmp_path, tiny_model_path):
+    proc = ServerProcess({"models": [{"alias": "m", "model": str(tiny_model_path), "n_ctx": 64}]}, tmp_path).start()
+    assert complete(proc, "m").status_code == 200
+    assert proc.stop() == 0
+    assert json.dumps("Traceback") not in proc.log()
