@@ -43,7 +43,8 @@ def stable_cmake() -> str:
     and a CMake build folder remembers the cmake that configured it."""
     for folder in os.environ.get("PATH", "").split(os.pathsep):
         candidate = Path(folder) / "cmake"
-        if "pip-build-env" not in folder and candidate.is_file() and os.access(candidate, os.X_OK):
+        transient = "pip-build-env" in folder or folder.endswith("shims")   # shims may resolve into it
+        if not transient and candidate.is_file() and os.access(candidate, os.X_OK):
             return str(candidate)
     return shutil.which("cmake") or "cmake"
 
