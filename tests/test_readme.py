@@ -1,0 +1,35 @@
+"""The README's llamacore examples run as written (with generated models in place of the named files)."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def python_blocks(text: str) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", text, flags=re.S)
+
+
+@pytest.fixture(scope="module")
+def substitutions(tiny_model_path, lora_a_path, lora_b_path, embed_model_path):
+    return {'"model.gguf"': repr(str(tiny_model_path)), '"coder-lora.gguf"': repr(str(lora_a_path)),
+            '"style-lora.gguf"': repr(str(lora_b_path)),
+            '"all-MiniLM-L6-v2-f16.gguf"': repr(str(embed_model_path))}
+
+
+LLAMACORE_BLOCKS = [b for b in python_blocks(README.read_text()) if "from llamacore import" in b]
+
+
+def test_readme_has_both_llamacore_examples():
+    assert len(LLAMACORE_BLOCKS) == 2
+
+
+@pytest.mark.parametrize("index", range(len(LLAMACORE_BLOCKS)))
+def test_readme_llamacore_example_runs(index, substitutions, capsys):
+    block = LLAMACORE_BLOCKS[index]
+    for name, path in substitutions.items():
+        block = block.replace(name, path)
+    exec(compile(block, f"README block {index}", "exec"), {})
+    assert capsys.readouterr().out
