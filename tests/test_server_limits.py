@@ -175,3 +175,20 @@ def test_sigterm_exits_cleanly(tmp_path, tiny_model_path):
     assert complete(proc, "m").status_code == 200
     assert proc.stop() == 0
     assert json.dumps("Traceback") not in proc.log()
+
+
+def test_concurrent_first_requests_share_one_load(limited):
+    limited.post("/admin/models/m32/unload")
+
+    def loads() -> float:
+        line = [x for x in limited.get("/metrics").text.splitlines()
+                if x.startswith('llamaserve_model_loads_total{model="m32"}')]
+        return float(line[0].split()[-1]) if line else 0.0
+    before = loads()
+
+    async def burst():
+        async with httpx.AsyncClient(base_url=limited.base_url, headers=limited.headers(), timeout=120) as c:
+            body = {"model": "m32", "prompt": "Hi", "max_tokens": 2, "temperature": 0}
+            return await asyncio.gather(*(c.post("/v1/completions", json=body) for _ in range(3)))
+    assert [r.status_code for r in asyncio.run(burst())] == [200, 200, 200]
+    assert loads() == before + 1
