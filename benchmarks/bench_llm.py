@@ -1,0 +1,90 @@
+"""Generation speed of the high-level API: llamacore.Llama vs llama-cpp-python's Llama vs llama-bench tg.
+
+Each side generates a fixed 128 tokens greedily from the same short prompt on the same model
+and threads (flash attention off on every side, llama-cpp-python's default). The prompt cache
+is reset before every run so each run does the same work. Rounds alternate the sides; medians
+of tokens/s are compared. llama-cpp-python is skipped with a note when it is not installed.
+
+Usage: python benchmarks/bench_llm.py [--models small,mid] [--threads N] [--reps N] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+from bench_core import Settings, run_peer
+from models import ensure_model  # also puts the checkout on sys.path
+from peer_tools import ensure_tool
+
+from llamacore import Llama  # noqa: E402
+
+PROMPT = "Once upon a time, in a small village by the sea,"
+N_GEN = 128
+
+
+def timed_runs(llm, runs: int, **kw) -> list[float]:
+    """Tokens/s of `runs` completions of N_GEN tokens (after one warmup)."""
+    out = []
+    for i in range(runs + 1):
+        llm.reset()
+        start = time.perf_counter()
+        result = llm.create_completion(PROMPT, max_tokens=N_GEN, temperature=0, **kw)
+        elapsed = time.perf_counter() - start
+        n = result["usage"]["completion_tokens"]
+        if n != N_GEN:
+            raise RuntimeError(f"generated {n} tokens instead of {N_GEN} (EOS sampled)")
+        if i:
+            out.append(n / elapsed)
+    return out
+
+
+def bench_model(size: str, threads: int, reps: int, runs: int) -> dict:
+    path = ensure_model(size, "f16")
+    ours = Llama(path, n_ctx=512, n_batch=512, n_threads=threads, flash_attn=False)
+    sides = {"llamacore": lambda: timed_runs(ours, runs, ignore_eos=True)}
+    if importlib.util.find_spec("llama_cpp"):
+        import llama_cpp
+        peer = llama_cpp.Llama(str(path), n_ctx=512, n_batch=512, n_threads=threads, flash_attn=False,
+                               verbose=False)
+        sides["llama-cpp-python"] = lambda: timed_runs(peer, runs)
+    bench = ensure_tool("llama-bench")
+    settings = Settings(threads=threads, flash_attn="off", runs=runs, n_prompt=0, n_gen=N_GEN)
+    sides["llama-bench"] = lambda: run_peer(bench, path, settings)[f"tg{N_GEN}"]
+    samples: dict[str, list[float]] = {name: [] for name in sides}
+    names = list(sides)
+    for r in range(reps):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            samples[name] += sides[name]()
+    med = {name: statistics.median(v) for name, v in samples.items()}
+    return {"model": str(path), "medians": med, "samples": samples,
+            "ratios": {f"llamacore/{p}": med["llamacore"] / med[p] for p in med if p != "llamacore"}}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="small,mid")
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args(argv)
+    if not importlib.util.find_spec("llama_cpp"):
+        print("note: llama-cpp-python is not installed; comparing with llama-bench only")
+    report = {}
+    for size in args.models.split(","):
+        res = report[size] = bench_model(size, args.threads, args.reps, args.runs)
+        print(f"\n{size}: " + "  ".join(f"{k} {v:.1f} tok/s" for k, v in res["medians"].items()))
+        print("  " + "  ".join(f"{k} = {v:.3f}" for k, v in res["ratios"].items()))
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2))
+    return report
+
+
+if __name__ == "__main__":
+    main()

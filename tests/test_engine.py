@@ -1,0 +1,109 @@
+"""The continuous-batching engine directly: group fairness, chunked prompts, cancellation, limits."""
+
+import threading
+import time
+
+import pytest
+
+from llamacore.sampling import SamplingParams
+from llamaserve.engine import Engine, GenRequest, QueueFullError
+
+GREEDY = SamplingParams(temperature=0)
+
+
+class Recorder:
+    """Collects engine events of several requests in the order they happen."""
+
+    def __init__(self):
+        self.events = []
+        self.done = {}
+        self.lock = threading.Lock()
+
+    def request(self, name, tokens, max_tokens, adapters=(), **kw):
+        def emit(kind, value, extra):
+            with self.lock:
+                if kind == "token":
+                    self.events.append(name)
+                else:
+                    self.done[name] = (kind, value)
+        return GenRequest(tokens, GREEDY, max_tokens, adapters, emit, **kw)
+
+    def wait(self, names, timeout=60):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.lock:
+                if all(n in self.done for n in names):
+                    return
+            time.sleep(0.01)
+        raise TimeoutError(f"not finished: {set(names) - set(self.done)}")
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model_path, lora_a_path, lora_b_path):
+    e = Engine(str(tiny_model_path), [str(lora_a_path), str(lora_b_path)], parallel=4, max_queue=2, n_ctx=256,
+               context_kwargs={"n_threads": 2, "n_batch": 64, "n_ubatch": 64})
+    yield e
+    e.close()
+
+
+def test_adapter_groups_take_turns(engine, lora_a_path, lora_b_path):
+    rec = Recorder()
+    a, b = ((str(lora_a_path), 1.0),), ((str(lora_b_path), 1.0),)
+    engine.submit(rec.request("A", [1, 100, 200], 30, a))
+    engine.submit(rec.request("B", [1, 300, 400], 30, b))
+    rec.wait(["A", "B"])
+    order = "".join(rec.events)
+    assert order.count("A") == order.count("B") == 30
+    # Neither group waits more than one step for the other: no run of one group longer than 2 tokens.
+    longest = max(len(run) for run in order.replace("AB", "A B").replace("BA", "B A").split())
+    assert longest <= 2, order
+
+
+def test_long_prompt_is_chunked_without_stalling_generation(engine):
+    rec = Recorder()
+    engine.submit(rec.request("short", [1, 5, 6], 60))
+    while not rec.events:
+        time.sleep(0.001)
+    engine.submit(rec.request("long", [1] + list(range(1000, 1200)), 1))   # 201 tokens = 4 chunks of 64
+    rec.wait(["short", "long"])
+    first_long = rec.events.index("long")
+    assert rec.events[:first_long].count("short") >= 4, rec.events
+
+
+def test_cancel_frees_the_slot_within_a_step(engine):
+    rec = Recorder()
+    req = rec.request("c", [1, 7, 8], 200)
+    engine.submit(req)
+    while not rec.events:
+        time.sleep(0.001)
+    req.cancel()
+    rec.wait(["c"], timeout=5)
+    assert rec.done["c"] == ("end", "cancelled")
+    assert engine.active == 0 and len(rec.events) < 200
+
+
+def test_context_overflow_ends_with_length(engine):
+    rec = Recorder()
+    engine.submit(rec.request("o", [1] + [42] * 240, 1000, ignore_eos=True))
+    rec.wait(["o"])
+    assert rec.done["o"] == ("end", "length")
+    assert 240 + len(rec.events) < engine.n_ctx + 1
+
+
+def test_queue_bound(engine):
+    rec = Recorder()
+    reqs = [rec.request(f"q{i}", [1, 9, i + 10], 50, ignore_eos=True) for i in range(7)]
+    accepted = []
+    with pytest.raises(QueueFullError):
+        for r in reqs:
+            engine.submit(r)
+            accepted.append(r)
+    assert len(accepted) == 6                      # 4 free slots + max_queue 2
+    for r in accepted:
+        r.cancel()
+    rec.wait([f"q{i}" for i in range(6)])
+
+
+def test_prompt_too_long_is_refused(engine):
+    with pytest.raises(ValueError, match="context holds"):
+        engine.submit(Recorder().request("x", [1] * 300, 1))
