@@ -88,6 +88,7 @@ class Registry:
         self.metrics = metrics
         self.loaded: dict[tuple, Loaded] = {}
         self._locks: dict[tuple, asyncio.Lock] = {}
+        self._loading = asyncio.Lock()        # one load at a time, so limits hold across models
         self._changed = asyncio.Condition()
         self._idle_task: asyncio.Task | None = None
 
@@ -128,21 +129,25 @@ class Registry:
         async with lock:
             if key in self.loaded:
                 return self.loaded[key]
-            await self._make_room(entry)
-            siblings = [e for e in self.config.models if e.base_key() == key]
-            started = time.monotonic()
-            try:
-                loaded = await asyncio.to_thread(self._load_blocking, key, siblings)
-            except Exception as exc:
-                self.metrics.load_failures.labels(entry.alias).inc()
-                log.error("loading %s failed: %s", entry.alias, exc)
-                raise ModelLoadError(f"model '{entry.alias}' failed to load: {exc}") from exc
-            loaded.load_seconds = time.monotonic() - started
-            self.loaded[key] = loaded
-            self.metrics.loads.labels(entry.alias).inc()
-            self.metrics.loaded_models.set(len(self.loaded))
-            log.info("loaded %s in %.2fs", entry.alias, loaded.load_seconds)
-            return loaded
+            async with self._loading:
+                return await self._load_locked(entry, key)
+
+    async def _load_locked(self, entry: ModelEntry, key: tuple) -> Loaded:
+        await self._make_room(entry)
+        siblings = [e for e in self.config.models if e.base_key() == key]
+        started = time.monotonic()
+        try:
+            loaded = await asyncio.to_thread(self._load_blocking, key, siblings)
+        except Exception as exc:
+            self.metrics.load_failures.labels(entry.alias).inc()
+            log.error("loading %s failed: %s", entry.alias, exc)
+            raise ModelLoadError(f"model '{entry.alias}' failed to load: {exc}") from exc
+        loaded.load_seconds = time.monotonic() - started
+        self.loaded[key] = loaded
+        self.metrics.loads.labels(entry.alias).inc()
+        self.metrics.loaded_models.set(len(self.loaded))
+        log.info("loaded %s in %.2fs", entry.alias, loaded.load_seconds)
+        return loaded
 
     def _load_blocking(self, key: tuple, siblings: list[ModelEntry]) -> Loaded:
         entry = siblings[0]
