@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-import gguf
 import pytest
+from gguf_files import fake_gguf, place
 
 from llamaserve.cli import build_parser, config_from_args, main
 from llamaserve.config import load_config
@@ -27,32 +26,17 @@ def run_cli(*args: str | Path, cwd: Path | None = None, **env: str) -> subproces
                           env=environ, capture_output=True, text=True, timeout=120, check=False)
 
 
-def fake_gguf(path: Path, arch: str = "llama", kind: str | None = None) -> Path:
-    w = gguf.GGUFWriter(path, arch)
-    if kind:
-        w.add_type(kind)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
 
 
-def _place(src: Path, dst: Path) -> Path:
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copyfile(src, dst)
-    return dst
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory, tiny_model_path, lora_a_path, lora_b_path) -> Path:
     """A folder with a tiny model, two adapters for it, an mmproj and a split model."""
     d = tmp_path_factory.mktemp("cli_models")
-    _place(tiny_model_path, d / "tiny.gguf")
-    _place(lora_a_path, d / "lora-a.gguf")
-    _place(lora_b_path, d / "lora-b.gguf")
+    place(tiny_model_path, d / "tiny.gguf")
+    place(lora_a_path, d / "lora-a.gguf")
+    place(lora_b_path, d / "lora-b.gguf")
     fake_gguf(d / "mmproj-tiny-f16.gguf", arch="clip")
     fake_gguf(d / "split-00001-of-00002.gguf")
     fake_gguf(d / "split-00002-of-00002.gguf")
@@ -141,7 +125,7 @@ def test_init_config_round_trip(models, tmp_path):
     folder = tmp_path / "m"
     folder.mkdir()
     for f in models.iterdir():
-        _place(f, folder / f.name)
+        place(f, folder / f.name)
     proc = run_cli("init-config", folder)
     assert proc.returncode == 0, proc.stderr
     path = folder / "llamaserve.yaml"

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 from dataclasses import replace
 from pathlib import Path
 
 import gguf
 import pytest
+from gguf_files import fake_gguf, place
 
 from llamaserve.config import (
     ConfigError,
@@ -24,27 +24,6 @@ from llamaserve.config import (
 )
 
 
-def fake_gguf(path: Path, arch: str = "llama", kind: str | None = None,
-              endian: gguf.GGUFEndian = gguf.GGUFEndian.LITTLE) -> Path:
-    """A header-only GGUF (no tensors) with a token array before general.type."""
-    w = gguf.GGUFWriter(path, arch, endianess=endian)
-    w.add_array("tokenizer.ggml.tokens", ["<s>", "</s>", "hello"])
-    if kind:
-        w.add_type(kind)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
-
-
-def _place(src: Path, dst: Path) -> None:
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copyfile(src, dst)
-
-
 @pytest.fixture(scope="module")
 def work(tmp_path_factory, tiny_model_path, lora_a_path, lora_b_path, lora_other_arch_path) -> Path:
     """A folder with models/{model,lora-a,lora-b,lora-gpt2,not-gguf}.gguf; configs go next to it."""
@@ -53,7 +32,7 @@ def work(tmp_path_factory, tiny_model_path, lora_a_path, lora_b_path, lora_other
     models.mkdir()
     for src, name in ((tiny_model_path, "model.gguf"), (lora_a_path, "lora-a.gguf"),
                       (lora_b_path, "lora-b.gguf"), (lora_other_arch_path, "lora-gpt2.gguf")):
-        _place(src, models / name)
+        place(src, models / name)
     (models / "not-gguf.gguf").write_bytes(b"PK\x03\x04 this is a zip file, not a model")
     return root
 
@@ -246,8 +225,8 @@ def test_omitted_alias_is_the_file_stem(work):
 def zoo(tmp_path_factory, tiny_model_path, lora_a_path) -> Path:
     """A models_dir with one of each kind of file discovery must tell apart."""
     d = tmp_path_factory.mktemp("zoo")
-    _place(tiny_model_path, d / "tiny.gguf")
-    _place(lora_a_path, d / "tiny-lora.gguf")
+    place(tiny_model_path, d / "tiny.gguf")
+    place(lora_a_path, d / "tiny-lora.gguf")
     fake_gguf(d / "plain.gguf")
     fake_gguf(d / "typed.gguf", kind="model", endian=gguf.GGUFEndian.BIG)
     fake_gguf(d / "adapter.gguf", kind="adapter")

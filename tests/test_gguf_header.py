@@ -3,31 +3,12 @@
 from __future__ import annotations
 
 import struct
-from pathlib import Path
 
 import gguf
 import pytest
+from gguf_files import fake_gguf
 
 from llamaserve.gguf_header import read_header
-
-
-def fake_gguf(path: Path, kind: str | None = None, endian: gguf.GGUFEndian = gguf.GGUFEndian.LITTLE) -> Path:
-    """A header-only GGUF with every kind of value before general.type, so readers must skip them."""
-    w = gguf.GGUFWriter(path, "llama", endianess=endian)
-    w.add_array("tokenizer.ggml.tokens", ["<s>", "</s>", "hello"])
-    w.add_array("test.nested", [[1, 2], [3]])
-    w.add_array("test.floats", [0.5, 1.5])
-    w.add_uint8("test.u8", 7)
-    w.add_int64("test.i64", -5)
-    w.add_float64("test.f64", 2.5)
-    w.add_bool("test.flag", True)
-    if kind:
-        w.add_type(kind)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
 
 
 def test_header_of_real_model_and_adapter(tiny_model_path, lora_other_arch_path):
@@ -40,7 +21,7 @@ def test_header_of_real_model_and_adapter(tiny_model_path, lora_other_arch_path)
 
 @pytest.mark.parametrize("endian", [gguf.GGUFEndian.LITTLE, gguf.GGUFEndian.BIG])
 def test_header_skips_every_value_type(tmp_path, endian):
-    path = fake_gguf(tmp_path / "f.gguf", kind="mmproj", endian=endian)
+    path = fake_gguf(tmp_path / "f.gguf", kind="mmproj", endian=endian, every_type=True)
     keys = {"general.type", "test.u8", "test.i64", "test.f64", "test.flag", "test.nested"}
     header = read_header(path, keys)
     assert dict(header.metadata) == {"general.type": "mmproj", "test.u8": 7, "test.i64": -5,
@@ -72,7 +53,7 @@ def test_header_stops_once_the_keys_are_known(tmp_path):
     (lambda b: b[:16] + struct.pack("<Q", 2**40) + b[24:], "cannot fit"),
 ])
 def test_malformed_headers_raise_value_error(tmp_path, mutate, message):
-    good = fake_gguf(tmp_path / "good.gguf").read_bytes()
+    good = fake_gguf(tmp_path / "good.gguf", every_type=True).read_bytes()
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(mutate(good))
     with pytest.raises(ValueError, match=message):
