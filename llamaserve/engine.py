@@ -9,7 +9,6 @@ a decode: groups take turns, one step each (round robin), so no group starves.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import threading
 from collections import deque
@@ -161,6 +160,11 @@ class Engine:
             if req.cancelled:
                 req.emit("end", "cancelled", 0)
                 continue
+            try:
+                sampler = req.sampling.build(self.model)
+            except Exception as exc:     # a bad request fails alone; the worker thread must live on
+                req.emit("error", exc, 0)
+                continue
             best = max(free, key=lambda s: _common_prefix(s.cached, req.tokens) if s.adapters == req.adapters else -1)
             keep = _common_prefix(best.cached, req.tokens) if best.adapters == req.adapters else 0
             keep = min(keep, len(req.tokens) - 1)
@@ -170,7 +174,7 @@ class Engine:
             del best.cached[keep:]
             best.adapters = req.adapters
             best.req = req
-            best.sampler = req.sampling.build(self.model)
+            best.sampler = sampler
             best.pending = list(req.tokens[keep:])
             best.generated = 0
             if req.adapters not in self._groups:

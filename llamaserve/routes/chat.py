@@ -15,7 +15,7 @@ from llamacore.completion import new_id, usage
 from llamaserve.choices import Choice, run_choices
 from llamaserve.errors import APIError
 from llamaserve.generation import Finish
-from llamaserve.routes.requests import acquire, adapter_key, check_prompt_fits, parse_body
+from llamaserve.routes.requests import acquire_engine, adapter_key, check_prompt_fits, parse_body
 from llamaserve.schemas import ChatRequest
 from llamaserve.sse import sse_response
 
@@ -35,9 +35,7 @@ async def chat_completions(request: Request) -> Response:
     stack = AsyncExitStack()
     streaming = False
     try:
-        entry, loaded = await acquire(stack, state.registry, body.model)
-        if loaded.engine is None:
-            raise APIError(400, f"model '{entry.alias}' is an embedding model", param="model")
+        entry, loaded = await acquire_engine(stack, state.registry, body.model)
         engine, name = loaded.engine, body.model or entry.alias
         template = loaded.chat_template(entry)
         messages = [m.model_dump(exclude_none=True) for m in body.messages]

@@ -54,6 +54,14 @@ async def acquire(stack: AsyncExitStack, registry: Registry, name: str | None):
     return entry, loaded
 
 
+async def acquire_engine(stack: AsyncExitStack, registry: Registry, name: str | None):
+    """(entry, loaded base) of a generation model, pinned until `stack` closes."""
+    entry, loaded = await acquire(stack, registry, name)
+    if loaded.engine is None:
+        raise APIError(400, f"model '{entry.alias}' is an embedding model; use /v1/embeddings", param="model")
+    return entry, loaded
+
+
 def adapter_key(entry) -> AdapterKey:
     return tuple(sorted((str(p), float(s)) for p, s in entry.lora_adapters if s != 0.0))
 
