@@ -5,7 +5,7 @@ and threads (flash attention off on every side, llama-cpp-python's default). The
 is reset before every run so each run does the same work. Rounds alternate the sides; medians
 of tokens/s are compared. llama-cpp-python is skipped with a note when it is not installed.
 
-Usage: python benchmarks/bench_llm.py [--models small,mid] [--threads N] [--reps N] [--json OUT]
+Usage: python benchmarks/bench_llm.py [--models tiny,small,mid] [--threads N] [--reps N] [--json OUT]
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def bench_model(size: str, threads: int, reps: int, runs: int) -> dict:
 
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", default="small,mid")
+    ap.add_argument("--models", default="tiny,small,mid")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--runs", type=int, default=3)

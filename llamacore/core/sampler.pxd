@@ -2,5 +2,6 @@ cdef class Sampler:
     cdef llama.llama_sampler * chain
     cdef readonly list stages
     cdef int n_vocab    # vocabulary size of the model given to grammar/logit_bias; 0 if none
+    cdef bint argmax_only   # the chain is just greedy: pick the argmax without building candidates
 
     cdef _add(self, llama.llama_sampler * stage, str name)

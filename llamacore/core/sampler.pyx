@@ -34,6 +34,7 @@ cdef class Sampler:
             raise ValueError(f"could not create sampler stage {name}: {_errors_since_mark() or 'rejected'}")
         llama.llama_sampler_chain_add(self.chain, stage)   # the chain now owns the stage
         self.stages.append(name)
+        self.argmax_only = self.stages == ["greedy"]
         return self
 
     def greedy(self):
@@ -112,9 +113,14 @@ cdef class Sampler:
             # llama.cpp asserts (aborts the process) when no stage selected a token
             raise ValueError(f"the sampler chain must end with a selecting stage "
                              f"({', '.join(_SELECTING_STAGES)}), not {last}")
-        if ctx._n_outputs == 0 or llama.llama_get_logits_ith(ctx.ptr, idx) == NULL:
+        cdef float * logits = llama.llama_get_logits_ith(ctx.ptr, idx) if ctx._n_outputs else NULL
+        if logits == NULL:
             raise IndexError(f"no logits for batch index {idx}")
         cdef llama_token token
+        if self.argmax_only:
+            # llama.cpp's greedy stage first copies all n_vocab logits into a candidate array
+            # (~0.1 ms for 32k tokens); NumPy's SIMD argmax picks the same token (first maximum).
+            return int(np.argmax(np.asarray(<float[:ctx.model.n_vocab]>logits)))
         with nogil:
             token = llama.llama_sampler_sample(self.chain, ctx.ptr, idx)
         return token
