@@ -35,6 +35,8 @@ def grammar_for(response_format: dict[str, Any] | None) -> str | None:
         return schema_to_grammar(schema) if schema else JSON_GRAMMAR
     if kind == "json_schema":
         spec = response_format.get("json_schema") or {}
+        if not isinstance(spec, dict):
+            raise ValueError("response_format.json_schema must be an object with a 'schema'")
         schema = spec.get("schema", spec if "type" in spec else None)
         if not isinstance(schema, dict):
             raise ValueError("response_format.json_schema.schema must be a JSON schema object")
@@ -67,14 +69,30 @@ def tool_setup(template: str, tools: list | None, tool_choice: Any) -> tuple[lis
         return (None if tool_choice == "none" else tools), None
     style = tool_calls.style_for(template)
     if tool_choice == "required":
+        _tool_functions(tools)
         return tools, tool_calls.forcing_grammar(tools, style)
     if isinstance(tool_choice, dict):
-        name = (tool_choice.get("function") or {}).get("name")
-        chosen = [t for t in tools if (t.get("function") or t).get("name") == name]
+        functions = _tool_functions(tools)
+        chosen_fn = tool_choice.get("function")
+        name = chosen_fn.get("name") if isinstance(chosen_fn, dict) else None
+        chosen = [t for t, fn in zip(tools, functions) if fn["name"] == name]
         if not chosen:
             raise ValueError(f"tool_choice names function {name!r}, which is not among the tools")
         return tools, tool_calls.forcing_grammar(chosen, style)
     return tools, None
+
+
+def _tool_functions(tools: list) -> list[dict[str, Any]]:
+    """The function of each tool, checked enough to build a grammar from (ValueError otherwise)."""
+    functions = []
+    for i, tool in enumerate(tools):
+        fn = tool.get("function", tool) if isinstance(tool, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise ValueError(f"tools[{i}] must be an object with a function that has a name")
+        if not isinstance(fn.get("parameters") or {}, dict):
+            raise ValueError(f"tools[{i}].function.parameters must be a JSON schema object")
+        functions.append(fn)
+    return functions
 
 
 def create_chat_completion(llm: Llama, messages: list[dict[str, Any]], *, tools: list | None = None,

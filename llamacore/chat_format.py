@@ -102,7 +102,10 @@ def _flatten_content(message: Mapping[str, Any]) -> dict[str, Any]:
         kind = part.get("type") if isinstance(part, Mapping) else type(part).__name__
         if kind != "text":
             raise ChatTemplateError(f"unsupported content part type {kind!r} (only 'text' is supported)")
-        texts.append(part.get("text", ""))
+        text = part.get("text", "")
+        if not isinstance(text, str):
+            raise ChatTemplateError(f"content part text must be a string, got {type(text).__name__}")
+        texts.append(text)
     return {**message, "content": "\n".join(texts)}
 
 

@@ -441,9 +441,15 @@ def schema_to_grammar(schema: Mapping[str, Any]) -> str:
     ``properties`` is given, additionalProperties defaults to false (unlike JSON
     Schema) so the model sticks to the declared shape; a bare ``{"type": "object"}``
     accepts any object. Annotations (title, description, default, format, ...) are
-    ignored; any other keyword raises ValueError naming it.
+    ignored; any other keyword raises ValueError naming it, and so does a keyword whose
+    value has the wrong type (``"properties": 5``) or a schema nested too deeply to walk.
     """
-    return _Converter(schema).grammar()
+    try:
+        return _Converter(schema).grammar()
+    except RecursionError:
+        raise ValueError("JSON schema is nested too deeply") from None
+    except (TypeError, AttributeError, KeyError, IndexError) as exc:   # a keyword with a value of the wrong type
+        raise ValueError(f"malformed JSON schema ({type(exc).__name__}: {exc})") from None
 
 
 JSON_GRAMMAR: str = schema_to_grammar({"type": "object"})

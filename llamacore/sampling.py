@@ -57,7 +57,7 @@ class SamplingParams:
         if self.mirostat_mode == 2:
             return chain.temp(self.temperature).mirostat_v2(self.seed, self.mirostat_tau, self.mirostat_eta)
         if self.top_k > 0:
-            chain.top_k(self.top_k)
+            chain.top_k(min(self.top_k, model.n_vocab))   # k >= n_vocab keeps every token anyway
         if self.typical_p < 1.0:
             chain.typical(self.typical_p)
         if self.top_p < 1.0:

@@ -34,12 +34,33 @@ class Choice:
         self.offset += len(piece.text)
 
 
-async def run_choices(engine: Engine, choices: list[Choice], *, max_tokens: int | None, adapters: AdapterKey,
-                      stops: list[str], n_logprobs: int | None, ignore_eos: bool, metrics: Metrics,
-                      model_name: str) -> AsyncIterator[tuple[Choice, Piece | Finish]]:
-    """Every Piece/Finish of every choice as produced (choices decode together in the engine)."""
+def run_choices(engine: Engine, choices: list[Choice], *, max_tokens: int | None, adapters: AdapterKey,
+                stops: list[str], n_logprobs: int | None, ignore_eos: bool, metrics: Metrics,
+                model_name: str) -> AsyncIterator[tuple[Choice, Piece | Finish]]:
+    """Every Piece/Finish of every choice as produced (choices decode together in the engine).
+
+    Sampling parameters are checked now (APIError 400), before a streamed response has started.
+    """
+    if len(choices) > engine.capacity:     # a 503 would invite retries that can never succeed
+        raise APIError(400, f"{len(choices)} completions (prompts x n) exceed what this model can run or "
+                            f"queue at once ({engine.capacity})", param="n")
+    n_vocab = engine.model.n_vocab
     for c in choices:
-        c.sampling.validate()
+        try:
+            c.sampling.validate()
+        except ValueError as exc:
+            raise APIError(400, str(exc)) from None
+        bad = [t for t in c.sampling.logit_bias if not 0 <= t < n_vocab]
+        if bad:
+            raise APIError(400, f"logit_bias: token id {bad[0]} is outside the vocabulary (0..{n_vocab - 1})",
+                           param="logit_bias")
+    return _run(engine, choices, max_tokens=max_tokens, adapters=adapters, stops=stops, n_logprobs=n_logprobs,
+                ignore_eos=ignore_eos, metrics=metrics, model_name=model_name)
+
+
+async def _run(engine: Engine, choices: list[Choice], *, max_tokens: int | None, adapters: AdapterKey,
+               stops: list[str], n_logprobs: int | None, ignore_eos: bool, metrics: Metrics,
+               model_name: str) -> AsyncIterator[tuple[Choice, Piece | Finish]]:
     gens = [generate(engine, c.tokens, c.sampling, max_tokens=max_tokens, adapters=adapters, stops=stops,
                      n_logprobs=n_logprobs, ignore_eos=ignore_eos, metrics=metrics, model_name=model_name)
             for c in choices]

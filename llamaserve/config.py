@@ -44,6 +44,10 @@ log = logging.getLogger(__name__)
 
 _SPLIT_PART = re.compile(r"^(?P<stem>.+)-(?P<part>\d{5})-of-(?P<total>\d{5})\.gguf$")
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+_MAX_DEPTH = 64      # far beyond any real config; deeper data would overflow the recursive checks
+_MAX_VALUES = 1_000_000
+# Every character str.splitlines() breaks at, escaped: one problem must stay one line.
+_LINE_BREAKS = {c: repr(chr(c))[1:-1] for c in (0x0A, 0x0B, 0x0C, 0x0D, 0x1C, 0x1D, 0x1E, 0x85, 0x2028, 0x2029)}
 
 
 class ConfigError(Exception):
@@ -141,7 +145,9 @@ def read_config_data(path: str | os.PathLike[str]) -> dict:
     except FileNotFoundError:
         raise ConfigError([f"{path}: file not found"]) from None
     except (OSError, ValueError) as e:   # JSONDecodeError and TOMLDecodeError are ValueErrors
-        raise ConfigError([f"{path}: {e}".replace("\n", " ")]) from None
+        raise ConfigError([f"{path}: {e}".translate(_LINE_BREAKS)]) from None
+    except RecursionError:              # thousands of nested [ or {: every parser recurses
+        raise ConfigError([f"{path}: nested more than {_MAX_DEPTH} levels deep"]) from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -213,7 +219,7 @@ class _Problems(list):
         self.label = label
 
     def add(self, key: str, message: str) -> None:
-        self.append(f"{self.label}: {key}: {message}")
+        self.append(f"{self.label}: " + f"{key}: {message}".translate(_LINE_BREAKS))
 
 
 def parse_config(data: dict, source: Path | None, base_dir: Path) -> ServerConfig:
@@ -225,6 +231,9 @@ def parse_config(data: dict, source: Path | None, base_dir: Path) -> ServerConfi
     problems = _Problems(str(source) if source else "<command line>")
     if not isinstance(data, dict):
         raise ConfigError([f"{problems.label}: expected a mapping at the top level"])
+    shape = _shape_problem(data)
+    if shape:
+        raise ConfigError([f"{problems.label}: {shape}"])
     data = _interpolate(data, "", problems)
     settings = _fields(data, ROOT_KEYS, "", problems, allowed=(*ROOT_KEYS, "defaults", "models"))
 
@@ -264,6 +273,24 @@ def parse_config(data: dict, source: Path | None, base_dir: Path) -> ServerConfi
                     api_key=settings.get("api_key") or None, models=tuple(e for _, e in entries),
                     source=Path(os.path.normpath(source.absolute())) if source else None)
     return ServerConfig(**settings)
+
+
+def _shape_problem(data: Any) -> str | None:
+    """Why ``data`` is too deep or too big to check, or None (iterative: any input is safe).
+
+    Counts values as the checks see them: a YAML alias counts again each time it is used.
+    """
+    count, todo = 0, [(data, 1)]
+    while todo:
+        value, depth = todo.pop()
+        count += 1
+        if count > _MAX_VALUES:
+            return f"more than {_MAX_VALUES} values (counting every use of a YAML alias)"
+        if isinstance(value, (dict, list)):
+            if depth > _MAX_DEPTH:
+                return f"nested more than {_MAX_DEPTH} levels deep"
+            todo.extend((v, depth + 1) for v in (value.values() if isinstance(value, dict) else value))
+    return None
 
 
 def _interpolate(value: Any, key: str, problems: _Problems) -> Any:
@@ -315,7 +342,8 @@ def _fields(raw: dict, spec: dict[str, Check], prefix: str, problems: _Problems,
 
 def _path(text: str, base_dir: Path) -> Path:
     """Absolute and normalised, without resolving symlinks (so names stay the user's)."""
-    return Path(os.path.normpath(base_dir / Path(text).expanduser()))
+    # os.path.expanduser leaves ~unknown-user as it is; Path.expanduser raises RuntimeError
+    return Path(os.path.normpath(base_dir / os.path.expanduser(text)))
 
 
 def _discover(models_dir: Path) -> list[tuple[str, Path]]:

@@ -33,7 +33,10 @@ def parse_size(text: int | str) -> int:
     number, prefix, binary, byte = match.groups()
     exponent = "kmgtp".index(prefix.lower()) + 1 if prefix else 0
     base = 1000 if prefix and byte and not binary else 1024
-    return round(float(number) * base**exponent)
+    size = float(number) * base**exponent
+    if not math.isfinite(size):
+        raise ValueError(f"size {text[:40]!r} is too large")
+    return round(size)
 
 
 def parse_duration(value: float | str) -> float:
@@ -63,7 +66,10 @@ _TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
 def _int(lo: int | None = None, hi: int | None = None) -> Check:
     def check(v: Any) -> int:
         if isinstance(v, EnvStr) and re.fullmatch(r"\s*-?\d+\s*", v):
-            v = int(v)
+            try:
+                v = int(v)
+            except ValueError:      # more digits than int() accepts
+                raise Invalid(f"expected an integer, got {v[:40]!r}...") from None
         if not isinstance(v, int) or isinstance(v, bool):
             raise Invalid(f"expected an integer, got {v!r}")
         if (lo is not None and v < lo) or (hi is not None and v > hi):
@@ -82,9 +88,15 @@ def _float(lo: float = 0.0) -> Check:
                 pass
         if not isinstance(v, (int, float)) or isinstance(v, bool):
             raise Invalid(f"expected a number, got {v!r}")
+        try:
+            v = float(v)
+        except OverflowError:       # an integer with hundreds of digits
+            raise Invalid("number is too large") from None
+        if math.isnan(v):
+            raise Invalid("expected a number, got nan")
         if v < lo:
             raise Invalid(f"must be at least {lo}, got {v}")
-        return float(v)
+        return v
     return check
 
 
@@ -146,7 +158,7 @@ def _via(parse: Callable[[Any], Any], positive: bool = False) -> Check:
     def check(v: Any) -> Any:
         try:
             result = parse(v)
-        except (ValueError, TypeError) as e:
+        except (ValueError, TypeError, OverflowError) as e:
             raise Invalid(str(e)) from None
         if positive and not result > 0:
             raise Invalid(f"must be greater than zero, got {v!r}")

@@ -101,6 +101,11 @@ class Engine:
     def queued(self) -> int:
         return len(self._queue)
 
+    @property
+    def capacity(self) -> int:
+        """The most sequences one request can have running or queued at once."""
+        return len(self._slots) + self.max_queue
+
     def memory_bytes(self) -> int:
         """Weights plus the KV cache (an estimate of what unloading frees)."""
         m = self.model

@@ -24,6 +24,7 @@ DEFAULT_KEYS = frozenset({"general.architecture", "general.type"})
 # GGUF value type id -> struct format of the fixed-size types; 8 is STRING and 9 is ARRAY.
 _FIXED = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
 _STRING, _ARRAY = 8, 9
+_MAX_ARRAY_DEPTH = 8
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,7 @@ class _Cursor:
             return self.unpack(_FIXED[vtype])
         raise ValueError(f"malformed GGUF header: unknown value type {vtype} at offset {self.pos - 4}")
 
-    def skip(self, vtype: int) -> None:
+    def skip(self, vtype: int, depth: int = 0) -> None:
         if vtype != _ARRAY:
             self.value(vtype)
             return
@@ -97,8 +98,10 @@ class _Cursor:
             self.pos = pos
             self.need(0)
         elif item_type == _ARRAY:
+            if depth >= _MAX_ARRAY_DEPTH:    # llama.cpp rejects nested arrays; deep ones would recurse
+                raise ValueError(f"malformed GGUF header: arrays nested more than {_MAX_ARRAY_DEPTH} deep")
             for _ in range(count):
-                self.skip(_ARRAY)
+                self.skip(_ARRAY, depth + 1)
         else:
             raise ValueError(f"malformed GGUF header: unknown array item type {item_type}")
 

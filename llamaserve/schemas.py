@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from llamacore.sampling import SamplingParams
 
@@ -37,6 +38,18 @@ class SamplingFields(_Request):
     response_format: dict[str, Any] | None = None
     ignore_eos: bool = False
     user: str | None = None
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _token_id_keys(cls, bias: dict[str, float] | None) -> dict[str, float] | None:
+        for key, value in (bias or {}).items():
+            try:
+                int(key)
+            except ValueError:
+                raise ValueError(f"key {key[:40]!r} is not a token id") from None
+            if math.isnan(value):
+                raise ValueError(f"bias for token {key} is NaN")
+        return bias
 
     def stop_list(self) -> list[str]:
         stops = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])

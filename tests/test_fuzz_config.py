@@ -113,6 +113,32 @@ def config_doc(draw):
     return doc
 
 
+PLAUSIBLE = {
+    "port": st.integers(0, 70000), "parallel": st.integers(-1, 64), "max_queue": st.integers(-1, 1000),
+    "n_ctx": st.integers(-1, 1 << 20), "idle_unload": st.sampled_from([0, 1.5, "5m", "never", "1h", -1, "x"]),
+    "max_body_bytes": st.sampled_from(["4MiB", "1KB", 0, "12 GiB", "-1", 10**20]),
+    "memory_budget": st.sampled_from(["2G", None, "1.5PB", "0"]), "log_level": st.sampled_from(LOG_LEVELS),
+    "cors": st.one_of(st.text(max_size=10), st.lists(st.text(max_size=5), max_size=3)),
+    "chat_format": st.sampled_from(["chatml", "llama-3", "chatlm", None]),
+    "lora_adapters": st.sampled_from([["models/lora.gguf"], {"models/lora.gguf": 0.5}, ["models/lora-gpt2.gguf"],
+                                      {"models/lora.gguf": "x"}, []]),
+    "type_k": st.sampled_from(KV_CACHE_TYPES + ("q9",)), "flash_attn": st.sampled_from(["auto", True, "maybe"]),
+    "pooling_type": st.sampled_from(POOLING_TYPES + (3, 9)), "kv_overrides": st.sampled_from([{"a.b": 1}, {"a": []}]),
+    "aliases": st.lists(st.sampled_from(["a", "b", "m", ""]), max_size=3), "default_model": st.sampled_from(["m", "zz"]),
+}
+
+
+@st.composite
+def near_valid_doc(draw):
+    """A config that loads, with a few keys set to plausible (sometimes out-of-range) values."""
+    entry = {"alias": "m", "model": "models/model.gguf"}
+    doc = {"models": [entry]}
+    for key in draw(st.lists(st.sampled_from(sorted(PLAUSIBLE)), max_size=3, unique=True)):
+        target = doc if key in ROOT_KEYS else entry
+        target[key] = draw(PLAUSIBLE[key])
+    return doc
+
+
 # -- writers ------------------------------------------------------------------------------
 
 
@@ -183,7 +209,7 @@ def write(folder: Path, suffix: str, content: str | bytes) -> Path:
 
 
 @SETTINGS
-@given(doc=config_doc(), suffix=st.sampled_from(SUFFIXES))
+@given(doc=st.one_of(config_doc(), near_valid_doc()), suffix=st.sampled_from(SUFFIXES))
 @example(doc={"models": [{"model": "models/model.gguf"}]}, suffix=".yaml")          # loads
 @example(doc={"models": [{"model": "~llamaserve-no-such-user/m.gguf"}]}, suffix=".json")
 @example(doc={"models_dir": "~llamaserve-no-such-user"}, suffix=".yaml")

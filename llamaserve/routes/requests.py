@@ -29,6 +29,8 @@ async def parse_body(request: Request, schema: type[T]) -> T:
         data = json.loads(raw or b"null")
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise APIError(400, f"request body is not valid JSON: {exc}") from None
+    except RecursionError:      # ~1000 nested [ or {: json's decoder recurses
+        raise APIError(400, "request body is nested too deeply") from None
     if not isinstance(data, dict):
         raise APIError(400, "request body must be a JSON object")
     try:
