@@ -16,6 +16,7 @@ from llamacore.errors import ContextFullError, DecodeAbortedError, DecodeError
 cnp.import_array()
 
 include "core/log.pyx"
+include "core/gguf_check.pyx"
 include "core/model.pyx"
 include "core/adapter.pyx"
 include "core/batch.pyx"
