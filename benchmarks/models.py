@@ -1,0 +1,67 @@
+"""Random-weight llama models for benchmarks, cached in ``benchmarks/.cache/models/``.
+
+Weight values do not change speed, so llamacore.tiny_models writes f16 files of realistic
+shapes; q8_0 and q4_0 variants are made from them with llama.cpp's ``llama-quantize``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from peer_tools import ROOT, ensure_tool
+
+if str(ROOT) not in sys.path:  # llamacore is built in place in the checkout, not installed
+    sys.path.insert(0, str(ROOT))
+from llamacore.tiny_models import TinyModelSpec, write_model
+
+CACHE = Path(__file__).resolve().parent / ".cache" / "models"
+
+SPECS: dict[str, TinyModelSpec] = {
+    # ~4M params (64-dim, 2 layers): a token costs well under a millisecond, so per-token
+    # overhead of the API around llama.cpp dominates.
+    "tiny": TinyModelSpec(dtype="f16", name="bench-tiny"),
+    # ~24M params, 16M of them in the 32000-token embedding and output matrices.
+    "small": TinyModelSpec(n_embd=256, n_layer=4, n_head=4, n_head_kv=2, n_ff=768,
+                           dtype="f16", name="bench-small"),
+    # ~155M params: 89M in 8 GQA blocks + 66M in the embedding and output matrices.
+    "mid": TinyModelSpec(n_embd=1024, n_layer=8, n_head=16, n_head_kv=4, n_ff=2816,
+                         dtype="f16", name="bench-mid"),
+}
+DTYPES = ("f16", "q8_0", "q4_0")
+
+
+def _log(msg: str) -> None:
+    print(f"[models] {msg}", file=sys.stderr, flush=True)
+
+
+def ensure_model(size: str, dtype: str = "f16") -> Path:
+    """Path of the ``size`` model ("small" | "mid") in ``dtype`` ("f16" | "q8_0" | "q4_0")."""
+    if size not in SPECS:
+        raise ValueError(f"unknown model size {size!r}; expected one of {sorted(SPECS)}")
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; expected one of {DTYPES}")
+    path = CACHE / f"{size}-{dtype}.gguf"
+    if path.is_file():
+        return path
+    CACHE.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")  # concurrent callers never share a file
+    if dtype == "f16":
+        _log(f"writing {path.name}")
+        write_model(tmp, SPECS[size])
+    else:
+        source = ensure_model(size, "f16")
+        _log(f"quantizing {source.name} -> {path.name}")
+        cmd = [str(ensure_tool("llama-quantize")), str(source), str(tmp), dtype.upper()]
+        proc = subprocess.run(cmd, check=False, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
+    tmp.replace(path)
+    return path
+
+
+if __name__ == "__main__":
+    print(ensure_model(sys.argv[1] if len(sys.argv) > 1 else "small",
+                       sys.argv[2] if len(sys.argv) > 2 else "f16"))

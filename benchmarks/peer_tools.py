@@ -1,0 +1,138 @@
+"""Build llama.cpp's own tools (llama-bench, llama-server, llama-quantize) as benchmark peers.
+
+The tools come from the vendored tree and are cached in ``build/peer-tools/``; a tool is built
+only when its binary is missing. ggml is compiled with the same flags as the libraries behind
+llamacore (Release, static, PIC, native CPU, default OpenMP), so both sides run the same kernels.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCE = ROOT / "vendor" / "llama.cpp"
+BUILD = ROOT / "build" / "peer-tools"
+TOOLS = ("llama-bench", "llama-server", "llama-quantize")
+
+CMAKE_FLAGS = [
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DBUILD_SHARED_LIBS=OFF",
+    "-DCMAKE_POSITION_INDEPENDENT_CODE=ON",  # as setup.py builds llamacore's libllama/libggml
+    "-DLLAMA_BUILD_COMMON=ON",
+    "-DLLAMA_BUILD_TOOLS=ON",
+    "-DLLAMA_BUILD_SERVER=ON",
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DLLAMA_BUILD_APP=OFF",
+    "-DLLAMA_BUILD_UI=OFF",
+    "-DLLAMA_USE_PREBUILT_UI=OFF",  # no web-UI download while configuring llama-server
+    "-DLLAMA_OPENSSL=OFF",
+    # LLAMA_CURL is deprecated and ignored in this llama.cpp version, so it is not passed.
+]
+
+
+def _log(msg: str) -> None:
+    print(f"[peer-tools] {msg}", file=sys.stderr, flush=True)
+
+
+def tool_path(name: str) -> Path:
+    """Where the binary of tool ``name`` lives once built."""
+    return BUILD / "bin" / name
+
+
+def _configure() -> None:
+    flags = list(CMAKE_FLAGS)
+    if shutil.which("ccache"):
+        flags += ["-DCMAKE_C_COMPILER_LAUNCHER=ccache", "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache"]
+    _log(f"configuring {SOURCE} -> {BUILD}")
+    subprocess.run(["nice", "-n", "19", "cmake", "-S", str(SOURCE), "-B", str(BUILD), *flags],
+                   check=True, stdout=sys.stderr)
+
+
+def ensure_tool(name: str, jobs: int = 2) -> Path:
+    """Return the path of llama.cpp tool ``name``, building it first if it is missing."""
+    if name not in TOOLS:
+        raise ValueError(f"unknown tool {name!r}; expected one of {TOOLS}")
+    path = tool_path(name)
+    if path.is_file():
+        return path
+    BUILD.mkdir(parents=True, exist_ok=True)
+    with open(BUILD / ".lock", "w") as lock:  # one build at a time across processes
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if path.is_file():
+            return path
+        if not (BUILD / "CMakeCache.txt").is_file():
+            _configure()
+        _log(f"building {name} (-j {jobs}; this takes a while the first time)")
+        subprocess.run(["nice", "-n", "19", "cmake", "--build", str(BUILD), "--target", name,
+                        "-j", str(jobs)], check=True, stdout=sys.stderr)
+    if not path.is_file():
+        raise FileNotFoundError(f"{name} was built but {path} does not exist")
+    _log(f"built {path}")
+    return path
+
+
+def _cpu_ticks() -> tuple[int, int]:
+    """(busy, total) jiffies of all CPUs from /proc/stat; (0, 0) if unavailable."""
+    try:
+        values = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    except OSError:
+        return 0, 0
+    return sum(values) - values[3] - values[4], sum(values)  # steal (VM host) counts as busy
+
+
+def cpu_busy(interval: float = 0.5) -> float:
+    """Fraction of all CPUs busy during ``interval`` seconds (0 if unknown)."""
+    busy0, total0 = _cpu_ticks()
+    time.sleep(interval)
+    busy1, total1 = _cpu_ticks()
+    return (busy1 - busy0) / max(total1 - total0, 1)
+
+
+class ForeignLoad:
+    """Context manager: ``.cores`` = CPUs used by *other* processes during the block.
+
+    Counts all busy CPU time minus this process's and its waited-for children's CPU time.
+    """
+
+    cores: float = 0.0
+
+    def __enter__(self) -> ForeignLoad:
+        self._start = (time.monotonic(), _cpu_ticks()[0], sum(os.times()[:4]))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        t0, busy0, own0 = self._start
+        wall, busy = time.monotonic() - t0, _cpu_ticks()[0] - busy0
+        own = sum(os.times()[:4]) - own0
+        self.cores = max(busy / os.sysconf("SC_CLK_TCK") - own, 0.0) / max(wall, 1e-9)
+
+
+def wait_for_idle_cpus(n: int | None = None, timeout: float = 60.0, slack: float = 0.2) -> float:
+    """Wait, at most ``timeout`` s, until ``n`` CPUs (default: all) are idle.
+
+    Returns the number of idle CPUs last seen. Spinning worker threads stall badly when a
+    core they need is taken by another process, so benchmarks call this before timing.
+    """
+    n_cpus = os.cpu_count() or 1
+    n = n_cpus if n is None else n
+    deadline = time.monotonic() + timeout
+    while (idle := (1.0 - cpu_busy()) * n_cpus) < n - slack and time.monotonic() < deadline:
+        pass
+    if idle < n - slack:
+        _log(f"only {idle:.1f} of {n_cpus} CPUs idle after {timeout:.0f}s; timings will be noisy")
+    return idle
+
+
+wait_for_idle_cpu = wait_for_idle_cpus  # older name, kept for callers
+
+
+if __name__ == "__main__":
+    for tool in sys.argv[1:] or TOOLS:
+        print(ensure_tool(tool))
