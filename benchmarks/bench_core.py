@@ -54,44 +54,46 @@ def _context(model: Model, s: Settings, n_ctx: int) -> Context:
                    type_k=s.type_k, type_v=s.type_v, no_perf=True)
 
 
-def _prompt(ctx: Context, model: Model, n: int, rng: random.Random) -> None:
-    """llama-bench test_prompt with n <= n_batch: one batch, output for the last token only."""
+def _tokens(model: Model, n: int, rng: random.Random) -> list[int]:
+    """n random tokens, BOS first when the model adds one (drawn before timing: Python's RNG
+    costs ~0.8 us a token, C's std::rand in llama-bench almost nothing)."""
     first = model.token_bos if model.add_bos else rng.randrange(model.n_vocab)
-    tokens = [first] + [rng.randrange(model.n_vocab) for _ in range(n - 1)]
-    batch = Batch(n)
+    return [first] + [rng.randrange(model.n_vocab) for _ in range(n - 1)]
+
+
+def _prompt(ctx: Context, tokens: list[int]) -> None:
+    """llama-bench test_prompt with n <= n_batch: one batch, output for the last token only."""
+    batch = Batch(len(tokens))
     batch.add_sequence(tokens, 0, 0, logits_last=True)
     ctx.decode(batch)
 
 
-def _gen(ctx: Context, model: Model, n: int, rng: random.Random) -> None:
-    """llama-bench test_gen: n single-token decodes with an output each, no sampling."""
-    token = model.token_bos if model.add_bos else rng.randrange(model.n_vocab)
+def _gen(ctx: Context, tokens: list[int]) -> None:
+    """llama-bench test_gen: single-token decodes with an output each, no sampling."""
     pos = ctx.kv_pos_max(0) + 1
     batch = Batch(1)
-    for _ in range(n):
+    for token in tokens:
         batch.clear()
         batch.add(token, pos, 0, True)
         ctx.decode(batch)
         pos += 1
-        token = rng.randrange(model.n_vocab)
 
 
 def run_ours(model: Model, s: Settings, seed: int) -> dict[str, list[float]]:
     """Tokens/s of each timed run of pp and tg through llamacore."""
     rng = random.Random(seed)
     out: dict[str, list[float]] = {}
-    for name, n, n_ctx, test, warm in (
-        (f"pp{s.n_prompt}", s.n_prompt, s.n_prompt, _prompt, s.n_prompt),
-        (f"tg{s.n_gen}", s.n_gen, s.n_gen, _gen, 1),
-    ):
-        ctx = _context(model, s, n_ctx)
+    for name, n, test, warm in ((f"pp{s.n_prompt}", s.n_prompt, _prompt, s.n_prompt),
+                                (f"tg{s.n_gen}", s.n_gen, _gen, 1)):
+        ctx = _context(model, s, n_ctx=n)  # llama-bench: n_ctx = n_prompt + n_gen of the test
         ctx.kv_clear()
-        test(ctx, model, warm, rng)
+        test(ctx, _tokens(model, warm, rng))
         samples = []
         for _ in range(s.runs):
             ctx.kv_clear()
+            tokens = _tokens(model, n, rng)
             t0 = time.perf_counter_ns()
-            test(ctx, model, n, rng)
+            test(ctx, tokens)
             samples.append(n * 1e9 / (time.perf_counter_ns() - t0))
         out[name] = samples
         del ctx
