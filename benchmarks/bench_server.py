@@ -329,8 +329,18 @@ async def amain(args) -> dict:
             notes.append(note)
             print(note)
         texts = {}
-        for s in main:
-            group.add(s)
+        for s in list(main):
+            try:
+                group.add(s)
+            except RuntimeError as exc:
+                if s.name != "llama-cpp-python":
+                    raise
+                last = str(exc).strip().splitlines()[-1]
+                note = f"llama-cpp-python server not available: it failed to start: {last}"
+                notes.append(note)
+                print(note)
+                main.remove(s)
+                continue
             print(f"started {s.name}: {' '.join(s.cmd)}", flush=True)
             client = make_client(s)
             try:

@@ -196,8 +196,8 @@ def llama_server(model: Path, workdir: Path, *, threads: int, parallel: int = 8,
 def llama_cpp_python(model: Path, workdir: Path, *, threads: int, n_ctx: int = 256,
                      name: str = "llama-cpp-python") -> Server:
     """llama-cpp-python's server (one sequence at a time); ServerUnavailable if it cannot import."""
-    try:
-        importlib.import_module("llama_cpp.server")
+    try:  # the app module pulls in the server extra's packages (fastapi, sse-starlette, ...)
+        importlib.import_module("llama_cpp.server.app")
     except Exception as exc:  # noqa: BLE001 -- ImportError or a broken optional dependency
         raise ServerUnavailable(f"{type(exc).__name__}: {exc}") from None
     port = free_port()
