@@ -18,6 +18,7 @@ from typing import Any
 
 from llamacore import Batch, Context, LoraAdapter, Model
 from llamacore.completion import TokenLogprob
+from llamacore.llama import common_prefix
 from llamacore.sampling import SamplingParams
 
 AdapterKey = tuple[tuple[str, float], ...]     # ((adapter path, scale), ...) with scale != 0, sorted
@@ -58,14 +59,6 @@ class _Slot:
     pending: list[int] = field(default_factory=list)   # tokens still to decode
     generated: int = 0
     out_index: int = -1                                # batch row of this slot's output, or -1
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
 
 
 class Engine:
@@ -170,8 +163,8 @@ class Engine:
             except Exception as exc:     # a bad request fails alone; the worker thread must live on
                 req.emit("error", exc, 0)
                 continue
-            best = max(free, key=lambda s: _common_prefix(s.cached, req.tokens) if s.adapters == req.adapters else -1)
-            keep = _common_prefix(best.cached, req.tokens) if best.adapters == req.adapters else 0
+            best = max(free, key=lambda s: common_prefix(s.cached, req.tokens) if s.adapters == req.adapters else -1)
+            keep = common_prefix(best.cached, req.tokens) if best.adapters == req.adapters else 0
             keep = min(keep, len(req.tokens) - 1)
             if not self.ctx.kv_remove(best.seq, keep, -1):
                 self.ctx.kv_remove(best.seq, 0, -1)      # removing a whole sequence always works
