@@ -13,8 +13,14 @@ Mixed LoRA (llamaserve, and llama-server via its per-request ``"lora"`` field): 
 for the model's spec; 8 clients all on one adapter alias ("single"), spread over 2 and over 4
 adapter aliases ("mix2", "mix4"), plus "base" (no adapter). Aggregate tokens/s of mixed vs single.
 
+The CPUs are shared with the client and, on a busy machine, with other processes; ggml's worker
+threads spin at barriers, so anything else running stalls decoding. Before each round the CPUs
+must be idle (at most --idle-wait s); a round during which other processes used more than
+--noise of the CPUs is recorded as discarded and rerun (up to --retries times).
+
 Usage: python benchmarks/bench_server.py [--model small|mid|PATH] [--dtype f16] [--threads N]
-       [--clients 1,4,8,16] [--reps 3] [--quick] [--no-lora] [--json OUT]
+       [--clients 1,4,8,16] [--reps 3] [--lora-reps N] [--quick] [--no-lora] [--idle-wait S]
+       [--noise F] [--retries N] [--workdir DIR] [--json OUT]
 """
 
 from __future__ import annotations
