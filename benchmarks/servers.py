@@ -3,7 +3,8 @@
 Each server runs as a child process on a free 127.0.0.1 port, with its output in a log file,
 and counts as started once ``GET /health`` answers 200 (llama-server answers 503 while it
 loads). Every server started here is stopped when its ``ServerSet`` closes, at interpreter
-exit, and on SIGTERM/SIGINT/SIGHUP: SIGTERM first, SIGKILL after a grace period.
+exit, and on SIGTERM/SIGINT/SIGHUP: SIGTERM first, SIGKILL after a grace period. Should the
+benchmark itself be killed (SIGKILL), each server still gets SIGTERM (PR_SET_PDEATHSIG).
 
 Servers:
   * llamaserve  — ``python -m llamaserve --config FILE`` (this checkout)
@@ -14,6 +15,7 @@ Servers:
 from __future__ import annotations
 
 import atexit
+import ctypes
 import importlib
 import os
 import signal
@@ -35,6 +37,18 @@ _RUNNING: list[Server] = []       # every server still running, for the exit han
 
 class ServerUnavailable(RuntimeError):
     """A server cannot be run here (missing package or binary); the message says why."""
+
+
+try:
+    _LIBC = ctypes.CDLL(None, use_errno=True)     # loaded up front: the child only calls into it
+except OSError:
+    _LIBC = None
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: get SIGTERM if the benchmark dies, even by SIGKILL (Linux only)."""
+    if _LIBC is not None and hasattr(_LIBC, "prctl"):
+        _LIBC.prctl(1, int(signal.SIGTERM))       # PR_SET_PDEATHSIG
 
 
 def free_port() -> int:
@@ -66,7 +80,8 @@ class Server:
         try:
             self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
-                                         cwd=ROOT, start_new_session=True)
+                                         cwd=ROOT, start_new_session=True,
+                                         preexec_fn=_die_with_parent)  # noqa: PLW1509 -- no imports or locks in it
         finally:
             log.close()
         _RUNNING.append(self)
