@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import signal
@@ -25,6 +26,7 @@ from llamaserve.routes.chat import chat_completions
 from llamaserve.routes.completions import completions
 from llamaserve.routes.embeddings import embeddings
 from llamaserve.routes.models import admin_load, admin_models, admin_unload, health, list_models, prometheus
+from llamaserve.shutdown import Drain, DrainMiddleware
 
 log = logging.getLogger("llamaserve")
 
@@ -49,6 +51,7 @@ async def _openapi(request: Request) -> Response:
 def create_app(config: ServerConfig) -> Starlette:
     metrics = Metrics()
     registry = Registry(config, metrics)
+    drain = Drain()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette):
@@ -70,7 +73,7 @@ def create_app(config: ServerConfig) -> Starlette:
         Route("/admin/models/{alias}/load", admin_load, methods=["POST"]),
         Route("/admin/models/{alias}/unload", admin_unload, methods=["POST"]),
     ]
-    middleware = [Middleware(RequestMetrics, metrics=metrics)]
+    middleware = [Middleware(RequestMetrics, metrics=metrics), Middleware(DrainMiddleware, drain=drain)]
     if config.cors_origins:
         middleware.append(Middleware(CORSMiddleware, allow_origins=list(config.cors_origins),
                                      allow_methods=["GET", "POST", "OPTIONS"], allow_headers=["*"]))
@@ -80,22 +83,42 @@ def create_app(config: ServerConfig) -> Starlette:
     app.state.config = config
     app.state.registry = registry
     app.state.metrics = metrics
+    app.state.drain = drain
     return app
 
 
+# After the grace, requests cut off by Drain end within moments; this bounds how long uvicorn waits for that.
+_CUT_MARGIN = 5.0
+
+
 class _Server(uvicorn.Server):
-    """SIGTERM is how services are stopped: shut down gracefully, then exit 0 instead of re-raising it."""
+    """Graceful SIGTERM: stop accepting, give in-flight requests `grace` seconds, end the rest clearly
+    (see llamaserve.shutdown), unload the models, and exit 0 instead of re-raising the signal."""
+
+    def __init__(self, config: uvicorn.Config, drain: Drain, grace: float) -> None:
+        super().__init__(config)
+        self.drain = drain
+        self.grace = grace
 
     def handle_exit(self, sig: int, frame) -> None:
         super().handle_exit(sig, frame)
         if sig == signal.SIGTERM and sig in self._captured_signals:
             self._captured_signals.remove(sig)
 
+    async def shutdown(self, sockets=None) -> None:
+        self.drain.begin()
+        cutter = asyncio.get_running_loop().create_task(self.drain.cut_after(self.grace))
+        try:
+            await super().shutdown(sockets)
+        finally:
+            cutter.cancel()
+
 
 def serve(config: ServerConfig) -> None:
-    """Run the server until SIGINT/SIGTERM; in-flight streams get `shutdown_grace` seconds."""
+    """Run the server until SIGINT/SIGTERM; in-flight requests get `shutdown_grace` seconds."""
     level = "DEBUG" if config.log_level.lower() == "trace" else config.log_level.upper()
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = create_app(config)
-    _Server(uvicorn.Config(app, host=config.host, port=config.port, log_level=config.log_level.lower(),
-                           timeout_graceful_shutdown=config.shutdown_grace)).run()
+    uvicorn_config = uvicorn.Config(app, host=config.host, port=config.port, log_level=config.log_level.lower(),
+                                    timeout_graceful_shutdown=config.shutdown_grace + _CUT_MARGIN)
+    _Server(uvicorn_config, app.state.drain, config.shutdown_grace).run()

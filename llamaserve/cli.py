@@ -165,7 +165,9 @@ def describe(config: ServerConfig) -> str:
                 f"max loaded models: {config.max_loaded_models or '-'}  "
                 f"memory budget: {_bytes(config.memory_budget)}  "
                 f"idle unload: {_seconds(config.idle_unload)}  "
-                f"parallel: {config.parallel}  max queue: {config.max_queue}")
+                f"parallel: {config.parallel}  max queue: {config.max_queue}  "
+                f"lora steps per turn: {config.lora_steps_per_turn}  "
+                f"kv cache: {'unified' if config.kv_unified else 'per sequence'}")
     lines = [f"config: {config.source or 'command line'}", server, registry,
              f"models ({len(config.models)}):"]
     for entry in config.models:
@@ -176,7 +178,8 @@ def describe(config: ServerConfig) -> str:
             lines.append("    load: " + ", ".join(f"{k}={v!r}" for k, v in entry.load.items()))
         extras = {"chat_format": entry.chat_format, "chat_template": entry.chat_template and "custom",
                   "idle_unload": entry.idle_unload and _seconds(entry.idle_unload),
-                  "parallel": entry.parallel, "max_queue": entry.max_queue}
+                  "parallel": entry.parallel, "max_queue": entry.max_queue,
+                  "lora_steps_per_turn": entry.lora_steps_per_turn, "kv_unified": entry.kv_unified}
         shown = [f"{key}={value}" for key, value in extras.items() if value is not None]
         if shown:
             lines.append("    " + ", ".join(shown))

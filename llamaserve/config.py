@@ -72,6 +72,8 @@ class ModelEntry:
     idle_unload: float | None = None
     parallel: int | None = None
     max_queue: int | None = None
+    lora_steps_per_turn: int | None = None
+    kv_unified: bool | None = None
 
     def names(self) -> tuple[str, ...]:
         return (self.alias, *self.aliases)
@@ -95,6 +97,8 @@ class ServerConfig:
     idle_unload: float | None = 300
     parallel: int = 4
     max_queue: int = 64
+    lora_steps_per_turn: int = 8
+    kv_unified: bool = True
     log_level: str = "info"
     cors_origins: tuple[str, ...] = ()
     max_body_bytes: int = 4 * 1024 * 1024
@@ -381,6 +385,7 @@ def _entry(label: str, raw: dict, base_dir: Path, problems: _Problems) -> tuple[
         load=MappingProxyType({k: raw[k] for k in LOAD_KEYS if k in raw}),
         chat_format=raw.get("chat_format"), chat_template=raw.get("chat_template"),
         idle_unload=raw.get("idle_unload"), parallel=raw.get("parallel"), max_queue=raw.get("max_queue"),
+        lora_steps_per_turn=raw.get("lora_steps_per_turn"), kv_unified=raw.get("kv_unified"),
     )
     return label, entry
 

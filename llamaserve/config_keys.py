@@ -188,6 +188,7 @@ ROOT_KEYS: dict[str, Check] = {
     "default_model": _optional(string), "models_dir": _optional(string),
     "max_loaded_models": _optional(_int(1)), "memory_budget": _optional(_via(parse_size, positive=True)),
     "idle_unload": _optional(_via(parse_duration)), "parallel": _int(1), "max_queue": _int(0),
+    "lora_steps_per_turn": _int(1), "kv_unified": _bool,
     "log_level": _choice(LOG_LEVELS), "cors": _cors, "max_body_bytes": _via(parse_size, positive=True),
     "shutdown_grace": _float(),
 }
@@ -207,7 +208,8 @@ ENTRY_KEYS: dict[str, Check] = {
     "lora_adapters": lambda v: v,   # resolved against the config's folder in config.py
     "chat_format": _optional(string), "chat_template": _optional(string),
     "idle_unload": _optional(_via(parse_duration)), "parallel": _optional(_int(1)),
-    "max_queue": _optional(_int(0)), **LOAD_KEYS,
+    "max_queue": _optional(_int(0)), "lora_steps_per_turn": _optional(_int(1)),
+    "kv_unified": _optional(_bool), **LOAD_KEYS,
 }
 NAME_KEYS = ("alias", "model_alias", "aliases")
 

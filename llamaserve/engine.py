@@ -4,7 +4,15 @@ A worker thread owns the llama.cpp context. Each step it builds one batch from e
 sequence of one adapter group (a generated token each, plus prompt chunks up to n_batch),
 calls decode once with the GIL released, and samples each sequence with its own sampler chain.
 LoRA adapters apply to a whole context, so sequences with different adapter sets never share
-a decode: groups take turns, one step each (round robin), so no group starves.
+a decode: groups take turns (round robin) of up to `lora_steps_per_turn` steps each, so no
+group starves: a group with work waits at most (groups - 1) x lora_steps_per_turn steps. A turn
+is longer than one step because every adapter switch makes llama.cpp rebuild its compute
+graph reservation (milliseconds on a small model), which one-step turns would pay every step.
+
+The KV cache is unified by default: one pool of n_ctx x parallel cells that every sequence
+draws from, each sequence held to n_ctx tokens here. With per-sequence caches llama.cpp must
+split a batch whose sequence ids are not consecutive into one-token micro-batches, which is
+what a LoRA group's subset of the slots usually is.
 """
 
 from __future__ import annotations
@@ -65,19 +73,25 @@ class Engine:
     """A base model, its adapters and a context of `parallel` sequences, served by one thread."""
 
     def __init__(self, model_path: str, adapter_paths: list[str], *, parallel: int = 4, max_queue: int = 64,
-                 n_ctx: int = 2048, model_kwargs: dict[str, Any] | None = None,
-                 context_kwargs: dict[str, Any] | None = None) -> None:
+                 n_ctx: int = 2048, lora_steps_per_turn: int = 8, kv_unified: bool = True,
+                 model_kwargs: dict[str, Any] | None = None, context_kwargs: dict[str, Any] | None = None) -> None:
+        if lora_steps_per_turn < 1:
+            raise ValueError(f"lora_steps_per_turn must be at least 1, got {lora_steps_per_turn}")
         self.model = Model(model_path, **(model_kwargs or {}))
         n_ctx = n_ctx or self.model.n_ctx_train
         self.adapters = {os.fspath(p): LoraAdapter(self.model, p) for p in adapter_paths}
-        self.ctx = Context(self.model, n_ctx=n_ctx * parallel, n_seq_max=parallel, **(context_kwargs or {}))
-        self.n_ctx = self.ctx.n_ctx_seq
+        self.ctx = Context(self.model, n_ctx=n_ctx * parallel, n_seq_max=parallel, kv_unified=kv_unified,
+                           **(context_kwargs or {}))
+        self.n_ctx = min(n_ctx, self.ctx.n_ctx_seq)     # tokens one sequence may hold
         self.max_queue = max_queue
+        self.lora_steps_per_turn = lora_steps_per_turn
         self._slots = [_Slot(seq) for seq in range(parallel)]
         self._queue: deque[GenRequest] = deque()
         self._cond = threading.Condition()
         self._closed = False
         self._groups: deque[AdapterKey] = deque()      # round-robin order of adapter groups
+        self._turn: AdapterKey | None = None           # the group whose turn it is
+        self._turn_steps = 0                           # steps that group has had in this turn
         self._applied: AdapterKey | None = None
         self.steps = 0
         self._thread = threading.Thread(target=self._loop, name=f"engine:{os.path.basename(model_path)}",
@@ -185,11 +199,14 @@ class Engine:
 
     def _next_group(self) -> AdapterKey:
         live = {s.req.adapters for s in self._slots if s.req is not None}
+        if self._turn in live and self._turn_steps < self.lora_steps_per_turn:
+            self._turn_steps += 1
+            return self._turn
         while self._groups[0] not in live:
             self._groups.popleft()
-        group = self._groups[0]
+        self._turn, self._turn_steps = self._groups[0], 1
         self._groups.rotate(-1)
-        return group
+        return self._turn
 
     def _apply(self, group: AdapterKey) -> None:
         if group != self._applied:

@@ -160,8 +160,10 @@ class Registry:
         adapters = sorted({os.fspath(p) for e in siblings for p, _ in e.lora_adapters})
         loaded.engine = Engine(
             os.fspath(entry.model), adapters,
-            parallel=entry.parallel or self.config.parallel,
-            max_queue=entry.max_queue or self.config.max_queue,
+            parallel=_either(entry.parallel, self.config.parallel),
+            max_queue=_either(entry.max_queue, self.config.max_queue),
+            lora_steps_per_turn=_either(entry.lora_steps_per_turn, self.config.lora_steps_per_turn),
+            kv_unified=_either(entry.kv_unified, self.config.kv_unified),
             n_ctx=params.get("n_ctx", 2048),
             model_kwargs={k: v for k, v in params.items() if k in MODEL_KEYS},
             context_kwargs={k: v for k, v in params.items() if k in CONTEXT_KEYS},
@@ -225,3 +227,8 @@ class Registry:
             self._idle_task.cancel()
         for loaded in list(self.loaded.values()):
             await self.unload(loaded, reason="shutdown")
+
+
+def _either(own: Any, default: Any) -> Any:
+    """A model entry's own setting, or the server-wide one when the entry leaves it unset."""
+    return default if own is None else own

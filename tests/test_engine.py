@@ -1,5 +1,6 @@
 """The continuous-batching engine directly: group fairness, chunked prompts, cancellation, limits."""
 
+import re
 import threading
 import time
 
@@ -46,17 +47,31 @@ def engine(tiny_model_path, lora_a_path, lora_b_path):
     e.close()
 
 
-def test_adapter_groups_take_turns(engine, lora_a_path, lora_b_path):
-    rec = Recorder()
-    a, b = ((str(lora_a_path), 1.0),), ((str(lora_b_path), 1.0),)
-    engine.submit(rec.request("A", [1, 100, 200], 30, a))
-    engine.submit(rec.request("B", [1, 300, 400], 30, b))
-    rec.wait(["A", "B"])
-    order = "".join(rec.events)
-    assert order.count("A") == order.count("B") == 30
-    # Neither group waits more than one step for the other: no run of one group longer than 2 tokens.
-    longest = max(len(run) for run in order.replace("AB", "A B").replace("BA", "B A").split())
-    assert longest <= 2, order
+def _runs(order: str) -> list[str]:
+    """"AABBBA" -> ["AA", "BBB", "A"]."""
+    return [m.group(0) for m in re.finditer(r"(.)\1*", order)]
+
+
+@pytest.mark.parametrize("turn", [1, 3, 8])
+def test_adapter_groups_take_turns(tiny_model_path, lora_a_path, lora_b_path, turn):
+    engine = Engine(str(tiny_model_path), [str(lora_a_path), str(lora_b_path)], parallel=4, n_ctx=256,
+                    lora_steps_per_turn=turn, context_kwargs={"n_threads": 2})
+    try:
+        rec = Recorder()
+        a, b = ((str(lora_a_path), 1.0),), ((str(lora_b_path), 1.0),)
+        engine.submit(rec.request("A", [1, 100, 200], 30, a))
+        engine.submit(rec.request("A2", [1, 100, 201], 30, a))
+        engine.submit(rec.request("B", [1, 300, 400], 30, b))
+        rec.wait(["A", "A2", "B"])
+    finally:
+        engine.close()
+    order = "".join(name[0] for name in rec.events)
+    assert order.count("A") == 60 and order.count("B") == 30
+    runs = _runs(order)
+    # While both groups have work they alternate in turns of `turn` steps: A's turns give two
+    # tokens per step (A and A2), B's one; only the last run (the other group is done) is longer.
+    assert all(len(r) <= turn * (2 if r[0] == "A" else 1) for r in runs[:-1]), runs
+    assert len(runs) >= 2 * (30 // turn) - 1, runs
 
 
 def test_long_prompt_is_chunked_without_stalling_generation(engine):
