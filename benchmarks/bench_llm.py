@@ -14,15 +14,15 @@ import argparse
 import importlib.util
 import json
 import os
-import statistics
 import time
 from pathlib import Path
 
 from bench_core import Settings, run_peer
 from models import ensure_model  # also puts the checkout on sys.path
 from peer_tools import ensure_tool
+from sides import alternate, medians, ratios
 
-from llamacore import Llama  # noqa: E402
+from llamacore import Llama
 
 PROMPT = "Once upon a time, in a small village by the sea,"
 N_GEN = 128
@@ -56,14 +56,9 @@ def bench_model(size: str, threads: int, reps: int, runs: int) -> dict:
     bench = ensure_tool("llama-bench")
     settings = Settings(threads=threads, flash_attn="off", runs=runs, n_prompt=0, n_gen=N_GEN)
     sides["llama-bench"] = lambda: run_peer(bench, path, settings)[f"tg{N_GEN}"]
-    samples: dict[str, list[float]] = {name: [] for name in sides}
-    names = list(sides)
-    for r in range(reps):
-        for name in names[r % len(names):] + names[:r % len(names)]:
-            samples[name] += sides[name]()
-    med = {name: statistics.median(v) for name, v in samples.items()}
-    return {"model": str(path), "medians": med, "samples": samples,
-            "ratios": {f"llamacore/{p}": med["llamacore"] / med[p] for p in med if p != "llamacore"}}
+    samples = alternate(sides, reps)
+    med = medians(samples)
+    return {"model": str(path), "medians": med, "samples": samples, "ratios": ratios(med, "llamacore")}
 
 
 def main(argv: list[str] | None = None) -> dict:

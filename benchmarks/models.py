@@ -15,7 +15,7 @@ from peer_tools import ROOT, ensure_tool
 
 if str(ROOT) not in sys.path:  # llamacore is built in place in the checkout, not installed
     sys.path.insert(0, str(ROOT))
-from llamacore.tiny_models import TinyModelSpec, write_model
+from llamacore.tiny_models import TinyModelSpec, write_lora, write_model
 
 CACHE = Path(__file__).resolve().parent / ".cache" / "models"
 
@@ -60,6 +60,20 @@ def ensure_model(size: str, dtype: str = "f16") -> Path:
             raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
     tmp.replace(path)
     return path
+
+
+def ensure_loras(size: str) -> dict[str, Path]:
+    """Four adapters (seeds 1..4) for the SPECS[size] model, cached next to the models."""
+    out = {}
+    for k in range(1, 5):
+        path = CACHE / f"{size}-lora{k}.gguf"
+        if not path.is_file():
+            CACHE.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            write_lora(tmp, SPECS[size], seed=k)
+            tmp.replace(path)
+        out[f"l{k}"] = path
+    return out
 
 
 if __name__ == "__main__":

@@ -161,28 +161,35 @@ class ServerSet:
 
 
 def llamaserve(model: Path, workdir: Path, *, threads: int, parallel: int = 8, n_ctx: int = 256,
-               max_queue: int = 64, loras: dict[str, Path] | None = None, name: str = "llamaserve") -> Server:
-    """llamaserve with alias "base" (and one alias per entry of ``loras``, adapter at 1.0, same base)."""
+               max_queue: int = 64, loras: dict[str, Path] | None = None, name: str = "llamaserve",
+               others: dict[str, Path] | None = None, **settings) -> Server:
+    """llamaserve with alias "base" (and one alias per entry of ``loras``, adapter at 1.0, same base).
+
+    ``others`` adds aliases of other model files; ``settings`` are further top-level config keys
+    (``max_loaded_models``, ``idle_unload``, ...).
+    """
     port = free_port()
     models = [{"alias": "base", "model": str(model)}]
     models += [{"alias": alias, "model": str(model), "lora_adapters": {str(path): 1.0}}
                for alias, path in (loras or {}).items()]
+    models += [{"alias": alias, "model": str(path)} for alias, path in (others or {}).items()]
     config = {
         "host": HOST, "port": port, "parallel": parallel, "max_queue": max_queue,
         "idle_unload": None,          # never unload between the benchmark's rounds
         "defaults": {"n_ctx": n_ctx, "n_threads": threads, "n_threads_batch": threads, "flash_attn": False},
-        "models": models,
+        "models": models, **settings,
     }
     workdir.mkdir(parents=True, exist_ok=True)
     path = workdir / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return Server(name, [sys.executable, "-m", "llamaserve", "--config", str(path)], port,
                   workdir / f"{name}.log", env={"PYTHONPATH": str(ROOT)},
-                  targets={a: (a, {"ignore_eos": True}) for a in ["base", *(loras or {})]})
+                  targets={a: (a, {"ignore_eos": True}) for a in ["base", *(loras or {}), *(others or {})]})
 
 
 def llama_server(model: Path, workdir: Path, *, threads: int, parallel: int = 8, n_ctx: int = 256,
-                 loras: dict[str, Path] | None = None, name: str = "llama-server") -> Server:
+                 loras: dict[str, Path] | None = None, name: str = "llama-server",
+                 extra_args: list[str] | None = None) -> Server:
     """llama.cpp's server: ``parallel`` slots of ``n_ctx`` tokens each (no unified KV), fa off.
 
     With ``loras`` every request names its adapter scales: ``"lora": [{"id": i, "scale": 1.0}]``
@@ -193,12 +200,13 @@ def llama_server(model: Path, workdir: Path, *, threads: int, parallel: int = 8,
     cmd = [str(binary), "-m", str(model), "--host", HOST, "--port", str(port),
            "-np", str(parallel), "-c", str(n_ctx * parallel), "--no-kv-unified", "--cont-batching",
            "-t", str(threads), "-tb", str(threads), "-fa", "off", "-ngl", "0", "--no-webui",
-           "--alias", "base"]
+           "--alias", "base", *(extra_args or [])]
     targets = {"base": ("base", {"ignore_eos": True})}
-    for i, (alias, path) in enumerate((loras or {}).items()):
-        cmd += ["--lora", str(path)]
+    for i, alias in enumerate(loras or {}):
         targets[alias] = ("base", {"ignore_eos": True, "lora": [{"id": i, "scale": 1.0}]})
     if loras:
+        # one --lora with comma-separated paths: given several times, only the last one is loaded
+        cmd += ["--lora", ",".join(str(p) for p in loras.values())]
         # --lora-init-without-apply only skips applying them at load: a request without a "lora"
         # field still gets every adapter at its --lora scale (1.0), so base requests list all at 0.
         cmd.append("--lora-init-without-apply")

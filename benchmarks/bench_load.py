@@ -1,0 +1,165 @@
+"""Loading and unloading: cold load time, model switch latency, and memory after idle unload.
+
+* cold load: ``llamacore.Llama(path)`` (Model + Context) vs llama-cpp-python's ``Llama(path)``, same
+  n_ctx and threads, timed to the end of the constructor and to the first generated token (with
+  mmap, weights are paged in by the first decode). Process-cold, not disk-cold: the file sits in
+  the OS page cache after the first load (dropping it needs root and disturbs other users).
+* model switch: llamaserve with ``max_loaded_models: 1`` and two models (f16 and q8_0 of one
+  size); one client alternates a, a, b, b, ... and the time to first token of a request that
+  must evict one model and load the other is compared with one that finds its model loaded.
+  llama-server serves one model per process and cannot switch; llama-cpp-python's equivalent is
+  a new ``Llama`` (its cold load + first token above).
+* memory: resident set size (VmRSS) of the llamaserve process with ``idle_unload: 2s`` before the
+  first request, with the model loaded, and after it was unloaded for idleness; llama-server with
+  ``--sleep-idle-seconds 2`` (it loads at start, then sleeps, freeing the model) alongside.
+
+Usage: python benchmarks/bench_load.py [--model small|mid] [--threads N] [--reps N] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import servers
+from models import ensure_model  # also puts the checkout on sys.path
+from server_rounds import PROMPT, make_client, one_request, switch_ttfts
+from sides import alternate, medians, ratios, script_main
+
+from llamacore import Llama
+
+IDLE_UNLOAD_S = 2.0
+
+
+def _load(make) -> tuple[float, float]:
+    """(seconds to construct, seconds to construct and generate one token) of ``make()``."""
+    t0 = time.perf_counter()
+    llm = make()
+    loaded = time.perf_counter() - t0
+    llm.create_completion(PROMPT, max_tokens=1, temperature=0)
+    first = time.perf_counter() - t0
+    del llm
+    return loaded, first
+
+
+def cold_load(path: Path, threads: int, reps: int) -> dict:
+    kw = {"n_ctx": 512, "n_threads": threads, "n_threads_batch": threads, "flash_attn": False}
+    makers = {"llamacore": lambda: Llama(path, **kw)}
+    note = None
+    if importlib.util.find_spec("llama_cpp"):
+        import llama_cpp
+        makers["llama-cpp-python"] = lambda: llama_cpp.Llama(str(path), verbose=False, **kw)
+    else:
+        note = "llama-cpp-python not installed: only llamacore is measured"
+    both = alternate({name: (lambda m=m: [_load(m)]) for name, m in makers.items()}, reps)
+    out: dict = {"note": note}
+    for i, what in enumerate(("load", "load_first_token")):
+        samples = {name: [s[i] for s in v] for name, v in both.items()}
+        med = medians(samples)
+        out[what] = {"samples_s": samples, "median_s": med, "ratios": ratios(med, "llamacore")}
+    return out
+
+
+def model_switch(size: str, threads: int, reps: int, workdir: Path) -> dict:
+    a, b = ensure_model(size, "f16"), ensure_model(size, "q8_0")
+    with servers.ServerSet() as group:
+        s = group.add(servers.llamaserve(a, workdir, threads=threads, name="llamaserve-switch",
+                                         others={"other": b}, max_loaded_models=1))
+        samples = asyncio.run(switch_ttfts(s, "base", "other", reps))
+    return {"models": [str(a), str(b)], "samples_s": samples, "median_s": medians(samples),
+            "note": "llama-server cannot switch models (one per process); compare llama-cpp-python's "
+                    "cold load + first token"}
+
+
+def rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def _request(server: servers.Server) -> None:
+    async def go() -> None:
+        client = make_client(server)
+        try:
+            r = await one_request(client, server, "base", 0, 8)
+        finally:
+            await client.close()
+        if r["error"]:
+            raise RuntimeError(f"{server.name}: {r['error']}\n{server.log_tail()}")
+    asyncio.run(go())
+
+
+def _wait_unloaded(server: servers.Server, timeout: float = 30.0) -> float:
+    """Seconds until llamaserve reports no loaded model (its /metrics gauge)."""
+    t0 = time.monotonic()
+    with httpx.Client(timeout=5) as http:
+        while time.monotonic() - t0 < timeout:
+            text = http.get(server.base_url + "/metrics").text
+            if any(line.startswith("llamaserve_loaded_models ") and float(line.split()[1]) == 0
+                   for line in text.splitlines()):
+                return time.monotonic() - t0
+            time.sleep(0.25)
+    raise RuntimeError(f"{server.name} did not unload within {timeout:.0f}s")
+
+
+def rss_idle(path: Path, threads: int, workdir: Path) -> dict:
+    out: dict = {}
+    with servers.ServerSet() as group:
+        s = group.add(servers.llamaserve(path, workdir, threads=threads, name="llamaserve-idle",
+                                         idle_unload=IDLE_UNLOAD_S))
+        pid = s.proc.pid
+        before = rss_bytes(pid)
+        _request(s)
+        loaded = rss_bytes(pid)
+        _wait_unloaded(s)
+        time.sleep(0.5)
+        out["llamaserve"] = {"before_load": before, "loaded": loaded, "after_idle_unload": rss_bytes(pid)}
+        s.stop()
+        p = group.add(servers.llama_server(path, workdir, threads=threads, name="llama-server-idle",
+                                           extra_args=["--sleep-idle-seconds", f"{IDLE_UNLOAD_S:g}"]))
+        _request(p)
+        loaded = rss_bytes(p.proc.pid)
+        time.sleep(IDLE_UNLOAD_S + 3)
+        out["llama-server"] = {"before_load": None, "loaded": loaded, "after_idle_unload": rss_bytes(p.proc.pid)}
+    ours = out["llamaserve"]
+    return {"model": str(path), "model_bytes": path.stat().st_size, "idle_unload_s": IDLE_UNLOAD_S,
+            "rss_bytes": out, "after_minus_before": ours["after_idle_unload"] - ours["before_load"],
+            "ratio_after_idle": ours["after_idle_unload"] / out["llama-server"]["after_idle_unload"],
+            "note": "llama-server loads at start (no 'before load'); --sleep-idle-seconds frees the model"}
+
+
+def run(size: str = "small", threads: int | None = None, reps: int = 3, workdir: Path | None = None,
+        cases: tuple[str, ...] = ("cold_load", "model_switch", "rss_idle")) -> dict:
+    threads = threads or os.cpu_count() or 1
+    workdir = workdir or Path(tempfile.mkdtemp(prefix="bench_load."))
+    path = ensure_model(size, "f16")
+    out: dict = {"model": str(path), "threads": threads, "reps": reps}
+    if "cold_load" in cases:
+        out["cold_load"] = cold_load(path, threads, reps)
+    if "model_switch" in cases:
+        out["model_switch"] = model_switch(size, threads, reps, workdir)
+    if "rss_idle" in cases:
+        out["rss_idle"] = rss_idle(path, threads, workdir)
+    return out
+
+
+def _show(report: dict) -> None:
+    for what in ("load", "load_first_token"):
+        print(what, {k: f"{v * 1000:.1f} ms" for k, v in report["cold_load"][what]["median_s"].items()})
+    print("model switch TTFT", {k: f"{v * 1000:.1f} ms" for k, v in report["model_switch"]["median_s"].items()})
+    print("RSS MiB", {name: {k: v and round(v / 2**20) for k, v in d.items()}
+                      for name, d in report["rss_idle"]["rss_bytes"].items()})
+
+
+def main(argv: list[str] | None = None) -> dict:
+    return script_main(__doc__, run, 3, _show, argv)
+
+
+if __name__ == "__main__":
+    main()

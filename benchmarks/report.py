@@ -1,0 +1,208 @@
+"""Markdown report and PNG plots from a results JSON written by run.py.
+
+Usage: python benchmarks/report.py RESULTS.json   (rewrites RESULTS.md and RESULTS-*.png)
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import plots
+
+Row = tuple[str, float | None, str, float | None, str]   # what, ours, peer name, peer, unit
+
+
+def _num(x: float | None, unit: str = "") -> str:
+    if x is None:
+        return "n/a"
+    if unit == "ms":
+        return f"{x * 1000:.1f} ms"
+    if unit == "MiB":
+        return f"{x / 2**20:.0f} MiB"
+    return f"{x:.1f}" + (f" {unit}" if unit else "")
+
+
+def _ratio(ours: float | None, peer: float | None) -> str:
+    return f"{ours / peer:.3f}" if ours and peer else "n/a"
+
+
+def table(rows: list[Row], better: str) -> list[str]:
+    out = [f"| case | ours | peer | peer value | ratio ours/peer{f' ({better} is better)' if better else ''} |",
+           "| --- | --- | --- | --- | --- |"]
+    out += [f"| {what} | {_num(o, unit)} | {peer} | {_num(p, unit)} | {_ratio(o, p)} |"
+            for what, o, peer, p, unit in rows]
+    return out
+
+
+def _result(results: dict, case: str) -> dict | None:
+    return results["cases"].get(case, {}).get("result")
+
+
+def core_rows(core: dict) -> list[Row]:
+    rows = []
+    for label, rep in core.items():
+        for test, r in rep["results"].items():
+            q = r.get("quiet") or r["all"]
+            which = "quiet rounds" if "quiet" in r else "all rounds, none quiet"
+            rows.append((f"{test} {label} (tok/s, {which})", q["ours_median"], "llama-bench", q["peer_median"], ""))
+    return rows
+
+
+def llm_rows(llm: dict) -> list[Row]:
+    rows = []
+    for size, rep in llm.items():
+        med = rep["medians"]
+        rows += [(f"generate 128, {size}-f16 (tok/s)", med["llamacore"], peer, med[peer], "")
+                 for peer in med if peer != "llamacore"]
+    return rows
+
+
+def server_rows(server: dict, key: str = "tok_s", unit: str = "") -> list[Row]:
+    """llamaserve vs each peer server per concurrency level: tokens/s, or ``key`` (e.g. ttft_p50)."""
+    rows = []
+    what = "(tok/s)" if key == "tok_s" else key.replace("ttft_", "TTFT ")
+    for by in server.get("summary", {}).values():
+        ours = by.get("llamaserve")
+        for peer, p in by.items():
+            if peer != "llamaserve" and ours:
+                rows.append((f"{ours['clients']} clients {what}", ours[key], peer, p[key], unit))
+    return rows
+
+
+def ttft_rows(server: dict) -> list[Row]:
+    return server_rows(server, "ttft_p50", "ms")
+
+
+def lora_mix_rows(server: dict) -> list[Row]:
+    rows = []
+    for case, by in server.get("lora_summary", {}).items():
+        o, p = by.get("llamaserve-lora"), by.get("llama-server-lora")
+        if o and p:
+            rows.append((f"{case}: {'/'.join(o['aliases'])} x {o['clients']} clients (tok/s)",
+                         o["tok_s"], "llama-server", p["tok_s"], ""))
+    return rows
+
+
+def lora_switch_rows(sw: dict) -> list[Row]:
+    served, inproc = sw["served"]["median_s"], sw["in_process"]["median_s"]
+    ours, peer = served["llamaserve-lora"], served["llama-server-lora"]
+    rows = [(f"served, {k}: TTFT", ours[k], "llama-server (per-request lora)", peer[k], "ms")
+            for k in ("no switch", "switch")]
+    reload = inproc.get("llama-cpp-python reload with lora_path")
+    rows.append(("in process, no switch: first token", inproc["llamacore no switch"], "-", None, "ms"))
+    rows.append(("in process, switch: set scales + first token", inproc["llamacore switch"],
+                 "llama-cpp-python: new Llama(lora_path) + first token", reload, "ms"))
+    return rows
+
+
+def load_rows(results: dict) -> list[Row]:
+    rows = []
+    cold = _result(results, "cold_load")
+    if cold:
+        for what, label in (("load", "cold load (constructor)"), ("load_first_token", "cold load + first token")):
+            med = cold[what]["median_s"]
+            rows.append((label, med.get("llamacore"), "llama-cpp-python", med.get("llama-cpp-python"), "ms"))
+    switch = _result(results, "model_switch")
+    if switch:
+        peer = cold and cold["load_first_token"]["median_s"].get("llama-cpp-python")
+        rows.append(("model switch: TTFT, model not loaded", switch["median_s"]["switch"],
+                     "llama-cpp-python new Llama + first token" if peer else "-", peer, "ms"))
+        rows.append(("model switch: TTFT, model loaded", switch["median_s"]["no switch"], "-", None, "ms"))
+    return rows
+
+
+def rss_rows(rss: dict) -> list[Row]:
+    ours, peer = rss["rss_bytes"]["llamaserve"], rss["rss_bytes"]["llama-server"]
+    return [("RSS before first load", ours["before_load"], "llama-server (loads at start)", None, "MiB"),
+            ("RSS with the model loaded", ours["loaded"], "llama-server", peer["loaded"], "MiB"),
+            ("RSS after idle unload", ours["after_idle_unload"], "llama-server after --sleep-idle-seconds",
+             peer["after_idle_unload"], "MiB"),
+            ("RSS after idle unload minus before first load", rss["after_minus_before"], "-", None, "MiB")]
+
+
+def roofline_lines(results: dict) -> list[str]:
+    bw = _result(results, "bandwidth")
+    roof = results.get("roofline") or {}
+    if not bw:
+        return []
+    out = [(f"Measured memory bandwidth (NumPy, best of 1 and {bw['threads']} threads): read "
+            f"{bw['read_gbs']:.1f} GB/s, copy {bw['copy_gbs']:.1f} GB/s. A generated token reads every "
+            "weight once (the token-embedding matrix only one row), so tg <= read bandwidth / bytes per token. "
+            "Models that fit in the CPU caches can beat this bound."), "",
+           "| model | MB read per token | bound tok/s | ours tg tok/s | ours / bound | llama-bench / bound |",
+           "| --- | --- | --- | --- | --- | --- |"]
+    for label, r in roof.items():
+        peer = r.get("peer_tg_tok_s")
+        out.append(f"| {label} | {r['bytes_per_token'] / 1e6:.1f} | {r['bound_tok_s']:.0f} | {_num(r['tg_tok_s'])} | "
+                   f"{_ratio(r['tg_tok_s'], r['bound_tok_s'])} | {_ratio(peer, r['bound_tok_s'])} |")
+    return out
+
+
+def headline(results: dict) -> list[Row]:
+    """One or two rows per case: the figures a reader looks at first."""
+    rows: list[Row] = []
+    core, llm, server = (_result(results, c) for c in ("core", "llm", "server"))
+    if core:
+        label = list(core)[-1]
+        rows += [r for r in core_rows({label: core[label]})]
+    if llm:
+        rows += llm_rows({k: v for k, v in llm.items() if k == list(llm)[-1]})
+    if server:
+        rows += [r for r in server_rows(server) if r[0].startswith("8 ")]
+        rows += [r for r in lora_mix_rows(server) if r[0].startswith("mix4")]
+    if sw := _result(results, "lora_switch"):
+        rows += lora_switch_rows(sw)[1:2] + lora_switch_rows(sw)[-1:]
+    rows += [r for r in load_rows(results) if r[0] in ("cold load + first token", "model switch: TTFT, model not loaded")]
+    if rss := _result(results, "rss_idle"):
+        rows += rss_rows(rss)[-1:]
+    return rows
+
+
+def write(results: dict, json_path: Path) -> Path:
+    """Write ``json_path`` with .md and the plots next to it; return the markdown path."""
+    stem = json_path.with_suffix("")
+    images = plots.write_all(results, stem)
+    m = results["machine"]
+    lines = [f"# Benchmark report {results['date'][:10]}, {m['id']}", "",
+             f"{m['cpu']}, {m['cpus']} CPUs, {m['ram_gib']} GiB RAM, {m['os']}; {results['threads']} threads; "
+             f"CPU only. Versions: " + ", ".join(f"{k} {v}" for k, v in results["versions"].items()) +
+             f"; commit {results['git']['commit'][:10]}{' (dirty)' if results['git']['dirty'] else ''}. "
+             f"Mode: {results['mode']}; `{results['command']}` took {results['seconds'] / 60:.1f} min.", "",
+             ("Medians over alternating runs of each side; ratio = ours / peer. For tokens/s higher is "
+              "better (a ratio above 1 means we are faster); for times and memory lower is better."), ""]
+    lines += [f"- note: {n}" for n in results["notes"]]
+    lines += [f"- **{name} failed**: {e['error']}" for name, e in results["cases"].items() if "error" in e]
+    lines += ["", "## Headline", "", *table(headline(results), ""), ""]
+    sections = [
+        ("core", "Binding: prompt and generation tokens/s vs llama-bench", core_rows, "higher"),
+        ("llm", "High-level generate vs llama-cpp-python and llama-bench", llm_rows, "higher"),
+        ("server", "Serving: aggregate tokens/s by concurrent clients", server_rows, "higher"),
+        ("server", "Serving: time to first token", ttft_rows, "lower"),
+        ("server", "Mixed LoRA: 8 clients over 1, 2 and 4 adapters of one base", lora_mix_rows, "higher"),
+        ("lora_switch", "LoRA switch latency", lora_switch_rows, "lower"),
+        ("rss_idle", "Server memory (RSS) before load, loaded, after idle unload", rss_rows, "lower"),
+    ]
+    for case, title, rows, better in sections:
+        if res := _result(results, case):
+            lines += [f"## {title}", "", *table(rows(res), better), ""]
+            if case in images:
+                lines += [f"![{title}]({images.pop(case).name})", ""]
+    if rows := load_rows(results):
+        lines += ["## Cold load and model switch", "", *table(rows, "lower"), ""]
+    if roof := roofline_lines(results):
+        lines += ["## Physical bound for generation", "", *roof, ""]
+    for name, e in results["cases"].items():
+        if res := e.get("result"):
+            notes = res.get("notes") or [res.get("note")] + [v.get("note") for v in res.values() if isinstance(v, dict)]
+            lines += [f"- {name}: {n}" for n in notes if n]
+    lines += ["", "Seconds per case: " + ", ".join(f"{n} {e['seconds']:.0f}" for n, e in results["cases"].items())]
+    md = json_path.with_suffix(".md")
+    md.write_text("\n".join(lines) + "\n")
+    return md
+
+
+if __name__ == "__main__":
+    for arg in sys.argv[1:]:
+        print(write(json.loads(Path(arg).read_text()), Path(arg)))

@@ -1,0 +1,202 @@
+"""Run every benchmark in one go and write a results JSON, a markdown report and plots.
+
+``python -m benchmarks`` (or ``python benchmarks/run.py``) builds llama.cpp's tools and the
+benchmark models when missing, then runs each case side by side with its peers (llama.cpp's own
+tools built from the same vendored tree; llama-cpp-python where installed) and writes
+``<out>/<date>-<machine>.json`` with ``.md`` and ``.png`` files next to it (``-quick`` is appended
+in quick mode). A case that fails is recorded with its error and the others still run.
+
+Usage: python -m benchmarks [--quick] [--only case,case] [--out DIR] [--threads N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import importlib.metadata
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+import bench_core
+import bench_llm
+import bench_load
+import bench_lora_switch
+import bench_server
+import machine
+import report
+import servers
+from models import ensure_loras, ensure_model
+from peer_tools import ROOT, ensure_tool
+
+import llamacore
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+# What each mode runs. Quick: small models and single rounds, under 5 minutes on 2 cores.
+MODES = {
+    "quick": {"core_models": ["tiny-f16", "small-f16"], "core_reps": 2, "core_runs": 3, "idle_wait": 2,
+              "llm_models": "tiny,small", "llm_reps": 1, "llm_runs": 2, "switch_model": "small",
+              "switch_reps": 3, "load_model": "small", "load_reps": 3, "server_model": "small",
+              "server_args": ["--clients", "1,4,8,16", "--reps", "1", "--retries", "0"]},
+    "full": {"core_models": [f"{s}-{d}" for s in ("small", "mid") for d in ("f16", "q8_0", "q4_0")],
+             "core_reps": 3, "core_runs": 5, "idle_wait": 30, "llm_models": "tiny,small,mid",
+             "llm_reps": 3, "llm_runs": 3, "switch_model": "small", "switch_reps": 10,
+             "load_model": "mid", "load_reps": 5, "server_model": "small",
+             "server_args": ["--clients", "1,4,8,16", "--reps", "3"]},
+}
+
+
+def _core(m: dict, threads: int, workdir: Path) -> dict:
+    out = {}
+    for label in m["core_models"]:
+        size, dtype = label.split("-")
+        out[label] = bench_core.main(["--model", size, "--dtype", dtype, "--threads", str(threads),
+                                      "--reps", str(m["core_reps"]), "--runs", str(m["core_runs"]),
+                                      "--idle-wait", str(m["idle_wait"])])
+    return out
+
+
+def _llm(m: dict, threads: int, workdir: Path) -> dict:
+    return bench_llm.main(["--models", m["llm_models"], "--threads", str(threads),
+                           "--reps", str(m["llm_reps"]), "--runs", str(m["llm_runs"])])
+
+
+def _load_case(name: str):
+    def case(m: dict, threads: int, workdir: Path) -> dict:
+        return bench_load.run(m["load_model"], threads, m["load_reps"], workdir, cases=(name,))[name]
+    return case
+
+
+def _lora_switch(m: dict, threads: int, workdir: Path) -> dict:
+    return bench_lora_switch.run(m["switch_model"], threads, m["switch_reps"], workdir)
+
+
+def _server(m: dict, threads: int, workdir: Path) -> dict:
+    args = ["--model", m["server_model"], "--threads", str(threads), "--workdir", str(workdir),
+            "--idle-wait", str(min(m["idle_wait"], 10)), *m["server_args"]]
+    return bench_server.main(args)
+
+
+def _bandwidth(m: dict, threads: int, workdir: Path) -> dict:
+    return machine.memory_bandwidth(threads)
+
+
+CASES = {  # name -> (what it measures, runner)
+    "bandwidth": ("memory bandwidth (bound for generation)", _bandwidth),
+    "core": ("binding pp512/tg128 vs llama-bench", _core),
+    "llm": ("Llama.create_completion vs llama-cpp-python and llama-bench tg", _llm),
+    "lora_switch": ("LoRA switch latency", _lora_switch),
+    "model_switch": ("model switch latency (max_loaded_models: 1)", _load_case("model_switch")),
+    "cold_load": ("cold load time", _load_case("cold_load")),
+    "rss_idle": ("server RSS after idle unload vs before load", _load_case("rss_idle")),
+    "server": ("concurrency 1/4/8/16 and mixed-LoRA vs llama-server, llama-cpp-python server", _server),
+}
+
+
+def prepare(m: dict, cases: list[str]) -> None:
+    """Build the peer tools and generate every model the selected cases need, before any timing."""
+    for tool in ("llama-bench", "llama-server", "llama-quantize"):
+        ensure_tool(tool)
+    labels = set(m["core_models"]) if "core" in cases else set()
+    labels |= {f"{s}-f16" for s in m["llm_models"].split(",")} if "llm" in cases else set()
+    labels |= {f"{m['load_model']}-f16", f"{m['load_model']}-q8_0"} if {"model_switch", "cold_load", "rss_idle"} & set(cases) else set()
+    labels |= {f"{m['switch_model']}-f16"} if "lora_switch" in cases else set()
+    labels |= {f"{m['server_model']}-f16"} if "server" in cases else set()
+    for label in sorted(labels):
+        ensure_model(*label.split("-"))
+    for size in {m["switch_model"]} if "lora_switch" in cases else set():
+        ensure_loras(size)
+    if "server" in cases:
+        ensure_loras(m["server_model"])
+
+
+def roofline(results: dict) -> dict:
+    """Our tg128 of every core model as a fraction of bandwidth / bytes per token."""
+    bw = results["cases"].get("bandwidth", {}).get("result")
+    core = results["cases"].get("core", {}).get("result")
+    if not bw or not core:
+        return {}
+    out = {}
+    for label, rep in core.items():
+        tg = next((v.get("quiet") or v["all"] for k, v in rep["results"].items() if k.startswith("tg")), None)
+        out[label] = machine.roofline(bw["read_gbs"], Path(rep["model"]), tg and tg["ours_median"])
+        out[label]["peer_tg_tok_s"] = tg and tg["peer_median"]
+    return out
+
+
+def _git() -> dict:
+    def git(*a: str) -> str:
+        return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True, check=False).stdout.strip()
+    return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
+
+
+def _versions() -> dict:
+    out = {"llama.cpp": llamacore.llama_cpp_version()}
+    with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+        out["llama-cpp-python"] = importlib.metadata.version("llama-cpp-python")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="small models, single rounds (under 5 minutes)")
+    ap.add_argument("--only", help=f"comma-separated cases out of: {', '.join(CASES)}")
+    ap.add_argument("--out", type=Path, default=RESULTS, help="where the JSON, report and plots go")
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    args = ap.parse_args(argv)
+    cases = [c.strip() for c in args.only.split(",")] if args.only else list(CASES)
+    if unknown := [c for c in cases if c not in CASES]:
+        ap.error(f"unknown case(s) {', '.join(unknown)}; expected some of {', '.join(CASES)}")
+    mode = "quick" if args.quick else "full"
+    m = MODES[mode]
+    started = time.time()
+    date = dt.datetime.now(dt.timezone.utc)
+    stem = f"{date:%Y-%m-%d}-{machine.machine_id()}" + ("-quick" if args.quick else "")
+    results: dict = {"date": date.isoformat(timespec="seconds"), "mode": mode, "threads": args.threads,
+                     "command": "python -m benchmarks " + " ".join(argv if argv is not None else sys.argv[1:]),
+                     "machine": machine.machine_info(), "versions": _versions(), "git": _git(),
+                     "settings": m, "cases": {}, "notes": []}
+    try:
+        import llama_cpp.server.app  # noqa: F401 -- the same check servers.llama_cpp_python makes
+    except Exception as exc:  # noqa: BLE001
+        results["notes"].append(f"llama-cpp-python's server is not available ({type(exc).__name__}: {exc}); "
+                                "install llama-cpp-python[server] to compare with it")
+    if "llama-cpp-python" not in results["versions"]:
+        results["notes"].append("llama-cpp-python is not installed: its columns are skipped")
+    prepare(m, cases)
+    workdir = Path(tempfile.mkdtemp(prefix="benchmarks."))
+    for name in cases:
+        print(f"\n=== {name}: {CASES[name][0]} ===", flush=True)
+        t0 = time.time()
+        entry: dict = {"title": CASES[name][0]}
+        try:
+            entry["result"] = CASES[name][1](m, args.threads, workdir / name)
+        except Exception as exc:  # noqa: BLE001 -- record it, run the other cases
+            traceback.print_exc()
+            entry["error"] = f"{type(exc).__name__}: {exc}"
+        finally:
+            servers.stop_all()
+        entry["seconds"] = round(time.time() - t0, 1)
+        results["cases"][name] = entry
+    results["roofline"] = roofline(results)
+    results["seconds"] = round(time.time() - started, 1)
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"{stem}.json"
+    path.write_text(json.dumps(results, indent=1, default=str))
+    md = report.write(results, path)
+    print(f"\nwrote {path} and {md} in {results['seconds']:.0f}s")
+    failed = [n for n, e in results["cases"].items() if "error" in e]
+    if failed:
+        print(f"failed cases: {', '.join(failed)}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
