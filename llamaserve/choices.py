@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from llamacore.completion import CompletionLogprobs
 from llamacore.sampling import SamplingParams
 from llamaserve.engine import AdapterKey, Engine, EngineClosedError, QueueFullError
 from llamaserve.errors import APIError
-from llamaserve.generation import Finish, Piece, generate
+from llamaserve.generation import Finish, Generation, Piece, generate
 from llamaserve.metrics import Metrics
 from llamaserve.sse import merge
 
@@ -54,23 +55,26 @@ def run_choices(engine: Engine, choices: list[Choice], *, max_tokens: int | None
         if bad:
             raise APIError(400, f"logit_bias: token id {bad[0]} is outside the vocabulary (0..{n_vocab - 1})",
                            param="logit_bias")
-    return _run(engine, choices, max_tokens=max_tokens, adapters=adapters, stops=stops, n_logprobs=n_logprobs,
-                ignore_eos=ignore_eos, metrics=metrics, model_name=model_name)
+    gens: list[Generation] = []
+    submitted = False
+    try:                # submitted now: a full queue is a 503 before any streamed response has started
+        with _as_api_errors():
+            for c in choices:
+                gens.append(generate(engine, c.tokens, c.sampling, max_tokens=max_tokens, adapters=adapters,
+                                     stops=stops, n_logprobs=n_logprobs, ignore_eos=ignore_eos, metrics=metrics,
+                                     model_name=model_name))
+        submitted = True
+    finally:
+        if not submitted:
+            for gen in gens:                # never started, so their own cleanup would not run
+                gen.cancel()
+    return _run(gens, choices)
 
 
-async def _run(engine: Engine, choices: list[Choice], *, max_tokens: int | None, adapters: AdapterKey,
-               stops: list[str], n_logprobs: int | None, ignore_eos: bool, metrics: Metrics,
-               model_name: str) -> AsyncIterator[tuple[Choice, Piece | Finish]]:
-    gens = [generate(engine, c.tokens, c.sampling, max_tokens=max_tokens, adapters=adapters, stops=stops,
-                     n_logprobs=n_logprobs, ignore_eos=ignore_eos, metrics=metrics, model_name=model_name)
-            for c in choices]
+@contextmanager
+def _as_api_errors() -> Iterator[None]:
     try:
-        async for i, item in merge(gens):
-            if isinstance(item, Finish):
-                choices[i].finish = item
-            else:
-                choices[i].record(item)
-            yield choices[i], item
+        yield
     except QueueFullError as exc:
         raise APIError(503, f"{exc}; retry later", headers={"Retry-After": "1"}) from None
     except EngineClosedError as exc:
@@ -81,3 +85,13 @@ async def _run(engine: Engine, choices: list[Choice], *, max_tokens: int | None,
         raise
     except Exception as exc:
         raise APIError(500, f"generation failed: {type(exc).__name__}: {exc}") from None
+
+
+async def _run(gens: list[Generation], choices: list[Choice]) -> AsyncIterator[tuple[Choice, Piece | Finish]]:
+    with _as_api_errors():
+        async for i, item in merge(gens):
+            if isinstance(item, Finish):
+                choices[i].finish = item
+            else:
+                choices[i].record(item)
+            yield choices[i], item

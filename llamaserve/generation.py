@@ -34,10 +34,15 @@ class Finish:
     completion_tokens: int
 
 
-async def generate(engine: Engine, tokens: list[int], sampling: SamplingParams, *, max_tokens: int,
-                   adapters: AdapterKey, stops: list[str], n_logprobs: int | None, ignore_eos: bool,
-                   metrics: Metrics, model_name: str) -> AsyncIterator[Piece | Finish]:
-    """Yield Piece objects as text becomes safe to send, then one Finish."""
+def generate(engine: Engine, tokens: list[int], sampling: SamplingParams, *, max_tokens: int,
+             adapters: AdapterKey, stops: list[str], n_logprobs: int | None, ignore_eos: bool,
+             metrics: Metrics, model_name: str) -> Generation:
+    """Submit the request to the engine now, and return the Pieces as text becomes safe to send, then one Finish.
+
+    Submitting before the first iteration lets a full queue (QueueFullError) or a bad request
+    (ValueError) fail before a streamed response has sent its 200 headers. Iterate the result, or
+    cancel() it if it will never be iterated: a started iteration frees the sequence when it ends.
+    """
     loop = asyncio.get_running_loop()
     events: asyncio.Queue[tuple[str, Any, Any]] = asyncio.Queue()
 
@@ -47,9 +52,31 @@ async def generate(engine: Engine, tokens: list[int], sampling: SamplingParams, 
     room = engine.n_ctx - len(tokens)
     limit = room if max_tokens is None or max_tokens <= 0 else min(max_tokens, room)
     req = GenRequest(tokens, sampling, limit, adapters, emit, n_logprobs=n_logprobs, ignore_eos=ignore_eos)
+    submitted = time.monotonic()
     engine.submit(req)
+    return Generation(req, _pieces(engine, req, events, submitted, len(tokens), stops, metrics, model_name))
+
+
+class Generation:
+    """A submitted generation: an async iterator of its Pieces and Finish."""
+
+    def __init__(self, req: GenRequest, pieces: AsyncIterator[Piece | Finish]) -> None:
+        self.req, self.pieces = req, pieces
+
+    def __aiter__(self) -> AsyncIterator[Piece | Finish]:
+        return self.pieces
+
+    async def aclose(self) -> None:
+        await self.pieces.aclose()
+
+    def cancel(self) -> None:
+        self.req.cancel()
+
+
+async def _pieces(engine: Engine, req: GenRequest, events: asyncio.Queue, started: float, n_prompt: int,
+                  stops: list[str], metrics: Metrics, model_name: str) -> AsyncIterator[Piece | Finish]:
     stream = TextStream(stops)
-    started, first, count, finished = time.monotonic(), None, 0, False
+    first, count, finished = None, 0, False
     try:
         while True:
             kind, value, extra = await events.get()
@@ -79,7 +106,7 @@ async def generate(engine: Engine, tokens: list[int], sampling: SamplingParams, 
         req.cancel()                 # no-op when finished; frees the sequence when the client left
         if not finished:
             metrics.cancelled.inc()
-        metrics.prompt_tokens.labels(model_name).inc(len(tokens))
+        metrics.prompt_tokens.labels(model_name).inc(n_prompt)
         metrics.completion_tokens.labels(model_name).inc(count)
         if first is not None and count > 1:
             metrics.tokens_per_second.labels(model_name).observe((count - 1) / max(time.monotonic() - first, 1e-6))

@@ -47,7 +47,7 @@ def write_models(directory: Path, base1: Path | None = None, lora_a: Path | None
     }
 
 
-def server_config(models: dict[str, Path], n_threads: int, parallel: int = 4, max_queue: int = 16) -> dict:
+def server_config(models: dict[str, Path], n_threads: int, parallel: int = 4, max_queue: int = 10) -> dict:
     b1, b2 = str(models["base1"]), str(models["base2"])
     return {
         "max_loaded_models": 1, "idle_unload": 600, "parallel": parallel, "max_queue": max_queue,

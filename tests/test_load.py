@@ -4,9 +4,8 @@ LoRA aliases with max_loaded_models: 1, a quarter of them hanging up mid-stream 
 import asyncio
 import json
 
-import pytest
-
 import load_scenario as scenario
+import pytest
 from conftest import N_THREADS
 from server import ServerProcess
 
@@ -53,7 +52,7 @@ def test_load_with_evictions_and_disconnects(load_server, record_property):
     assert not summary.mismatches, "\n".join(summary.mismatches[:10])      # greedy answers as if alone
     assert summary.near_ties <= summary.kinds["completed"] // 10, figures  # ...but for rare near-ties
     assert summary.kinds["completed"] >= 150, figures                      # 503s are allowed, not a majority
-    assert summary.kinds["disconnected"] >= 50, figures
+    assert summary.kinds["disconnected"] >= 45, figures
     assert evictions >= 2, figures                                         # bases really swapped
     assert after["llamaserve_active_sequences"] == 0 and after["llamaserve_queue_depth"] == 0, figures
     assert all(m.get("in_use", 0) == 0 for m in load_server.get("/admin/models").json()["data"])

@@ -144,6 +144,26 @@ def test_queue_full_answers_503_with_retry_after(limited):
             assert r.headers["retry-after"] and r.json()["error"]["type"] == "server_error"
 
 
+def test_queue_full_stream_is_a_503_before_the_stream_starts(limited):
+    async def flood():
+        async with httpx.AsyncClient(base_url=limited.base_url, headers=limited.headers(), timeout=120) as c:
+            body = {"model": "m32", "prompt": "Once", "max_tokens": 60, "temperature": 0, "ignore_eos": True,
+                    "stream": True}
+
+            async def one():
+                async with c.stream("POST", "/v1/completions", json=body) as r:
+                    return r.status_code, r.headers.get("retry-after"), (await r.aread()).decode()
+            return await asyncio.gather(*(one() for _ in range(6)))
+    results = asyncio.run(flood())
+    codes = sorted(code for code, _, _ in results)
+    assert codes.count(200) >= 3 and 503 in codes, codes           # 2 running + 1 queued fit
+    for code, retry_after, text in results:
+        if code == 503:
+            assert retry_after and json.loads(text)["error"]["type"] == "server_error"
+        else:
+            assert '"error"' not in text and text.rstrip().endswith("data: [DONE]")
+
+
 def test_disconnect_mid_stream_frees_the_sequence(limited):
     body = {"model": "m32", "prompt": "Once", "max_tokens": 120, "temperature": 0, "ignore_eos": True,
             "stream": True}
