@@ -1,6 +1,7 @@
 """Markdown report and PNG plots from a results JSON written by run.py.
 
-Usage: python benchmarks/report.py RESULTS.json   (rewrites RESULTS.md and RESULTS-*.png)
+Usage: python benchmarks/report.py [--readme] RESULTS.json
+Rewrites RESULTS.md and RESULTS-*.png; with --readme also the latest-report block of README.md.
 """
 
 from __future__ import annotations
@@ -156,7 +157,7 @@ def headline(results: dict) -> list[Row]:
         rows += lora_switch_rows(sw)[1:2] + lora_switch_rows(sw)[-1:]
     rows += [r for r in load_rows(results) if r[0] in ("cold load + first token", "model switch: TTFT, model not loaded")]
     if rss := _result(results, "rss_idle"):
-        rows += rss_rows(rss)[-1:]
+        rows += rss_rows(rss)[-2:]
     return rows
 
 
@@ -203,6 +204,29 @@ def write(results: dict, json_path: Path) -> Path:
     return md
 
 
+README = Path(__file__).resolve().parent / "README.md"
+MARKERS = ("<!-- latest report: written by report.py -->", "<!-- end of latest report -->")
+
+
+def update_readme(results: dict, json_path: Path, readme: Path = README) -> None:
+    """Put the headline table and the plots of ``json_path`` between the README's markers."""
+    rel = json_path.resolve().parent.relative_to(readme.resolve().parent)
+    stem = json_path.stem
+    m = results["machine"]
+    header = (f"[{stem}.md]({rel}/{stem}.md) ({results['date'][:10]}, {m['cpu']}, {m['cpus']} CPUs, "
+              f"{m['ram_gib']} GiB; commit {results['git']['commit'][:10]}; all samples in "
+              f"[{stem}.json]({rel}/{stem}.json)):")
+    block = [MARKERS[0], "", header, "", *table(headline(results), ""), ""]
+    block += [f"![{p.stem[len(stem) + 1:]}]({rel}/{p.name})" for p in sorted(json_path.parent.glob(f"{stem}-*.png"))]
+    text = readme.read_text()
+    start, end = text.index(MARKERS[0]), text.index(MARKERS[1])
+    readme.write_text(text[:start] + "\n".join(block) + "\n\n" + text[end:])
+
+
 if __name__ == "__main__":
     for arg in sys.argv[1:]:
-        print(write(json.loads(Path(arg).read_text()), Path(arg)))
+        if arg != "--readme":
+            res = json.loads(Path(arg).read_text())
+            print(write(res, Path(arg)))
+            if "--readme" in sys.argv:
+                update_readme(res, Path(arg))

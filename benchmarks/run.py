@@ -191,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     path = args.out / f"{stem}.json"
     path.write_text(json.dumps(results, indent=1, default=str))
     md = report.write(results, path)
+    if not args.quick and not args.only and args.out.resolve() == RESULTS:
+        report.update_readme(results, path)       # a full run into results/ is the new reference
     print(f"\nwrote {path} and {md} in {results['seconds']:.0f}s")
     failed = [n for n, e in results["cases"].items() if "error" in e]
     if failed:
