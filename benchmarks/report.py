@@ -161,6 +161,14 @@ def headline(results: dict) -> list[Row]:
     return rows
 
 
+def _loads(results: dict) -> str:
+    la = results.get("load_average") or {}
+    if "start" not in la:
+        return "unknown"
+    busy = " (other processes were running: expect noise)" if la["start"] > 0.5 else ""
+    return f"{la['start']:.2f} at start{busy}, {la.get('end', 0):.2f} at end (including this run)"
+
+
 def write(results: dict, json_path: Path) -> Path:
     """Write ``json_path`` with .md and the plots next to it; return the markdown path."""
     stem = json_path.with_suffix("")
@@ -170,7 +178,8 @@ def write(results: dict, json_path: Path) -> Path:
              f"{m['cpu']}, {m['cpus']} CPUs, {m['ram_gib']} GiB RAM, {m['os']}; {results['threads']} threads; "
              f"CPU only. Versions: " + ", ".join(f"{k} {v}" for k, v in results["versions"].items()) +
              f"; commit {results['git']['commit'][:10]}{' (dirty)' if results['git']['dirty'] else ''}. "
-             f"Mode: {results['mode']}; `{results['command']}` took {results['seconds'] / 60:.1f} min.", "",
+             f"Mode: {results['mode']}; `{results['command']}` took {results['seconds'] / 60:.1f} min; "
+             f"1-minute load average {_loads(results)}.", "",
              ("Medians over alternating runs of each side; ratio = ours / peer. For tokens/s higher is "
               "better (a ratio above 1 means we are faster); for times and memory lower is better."), ""]
     lines += [f"- note: {n}" for n in results["notes"]]

@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict = {"date": date.isoformat(timespec="seconds"), "mode": mode, "threads": args.threads,
                      "command": "python -m benchmarks " + " ".join(argv if argv is not None else sys.argv[1:]),
                      "machine": machine.machine_info(), "versions": _versions(), "git": _git(),
-                     "settings": m, "cases": {}, "notes": []}
+                     "settings": m, "cases": {}, "notes": [], "load_average": {"start": os.getloadavg()[0]}}
     try:
         import llama_cpp.server.app  # noqa: F401 -- the same check servers.llama_cpp_python makes
     except Exception as exc:  # noqa: BLE001
@@ -185,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
             servers.stop_all()
         entry["seconds"] = round(time.time() - t0, 1)
         results["cases"][name] = entry
+    results["load_average"]["end"] = os.getloadavg()[0]
     results["roofline"] = roofline(results)
     results["seconds"] = round(time.time() - started, 1)
     args.out.mkdir(parents=True, exist_ok=True)
