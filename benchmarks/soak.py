@@ -29,8 +29,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
-import load_scenario as scenario  # noqa: E402  (tests/, shared with tests/test_load.py)
-from server import ServerProcess  # noqa: E402
+import load_scenario as scenario
+from server import ServerProcess
 
 ROUND = 100
 
@@ -61,6 +61,17 @@ def rates(done: list[tuple[float, str]], window: float, end: float) -> list[tupl
         out.append((round(t, 1), served / window, inside.count("disconnected") / window))
         t += window
     return out
+
+
+def rss_thirds(samples: list[tuple[float, int]], elapsed: float) -> dict:
+    """Median and max RSS of the first and last third of the run (a sample is taken whichever base is
+    loaded, and dips while one is swapped for the other, so single readings are noisy)."""
+    first = sorted(k for t, k in samples if t <= elapsed / 3)
+    last = sorted(k for t, k in samples if t >= elapsed * 2 / 3)
+    med_first, med_last = first[len(first) // 2], last[len(last) // 2]
+    return {"rss_median_kib_first_third": med_first, "rss_median_kib_last_third": med_last,
+            "rss_max_kib_first_third": first[-1], "rss_max_kib_last_third": last[-1],
+            "rss_growth_median_thirds": round((med_last - med_first) / med_first, 4)}
 
 
 def plot(path: Path, rss: list[tuple[float, int]], per_window: list[tuple[float, float, float]],
@@ -144,8 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         "active_sequences_after": after.get("llamaserve_active_sequences"),
         "rss_kib_after_each_round": round_rss,
         "rss_growth_after_round_2_to_end": round((round_rss[-1] - base) / base, 4),
-        "rss_max_kib_first_third": max(k for t, k in sampler.samples if t <= elapsed / 3),
-        "rss_max_kib_last_third": max(k for t, k in sampler.samples if t >= elapsed * 2 / 3),
+        **rss_thirds(sampler.samples, elapsed),
         "server_exit_code": code,
     }
     ok = (not summary.problems and not summary.mismatches and code == 0
@@ -157,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     }, indent=1))
     plot(args.out / "soak.png", sampler.samples, per_window,
          f"llamaserve soak: {len(outcomes)} requests, {args.clients} clients, "
-         f"{figures['requests_per_s']} req/s, RSS growth {figures['rss_growth_after_round_2_to_end']:+.1%}")
+         f"{figures['requests_per_s']} req/s, median RSS first→last third {figures['rss_growth_median_thirds']:+.1%}")
     print(json.dumps(figures, indent=1))
     for line in (summary.mismatches + summary.problems)[:10]:
         print("  !", line)
