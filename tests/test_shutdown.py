@@ -10,7 +10,6 @@ import time
 import httpx
 import openai
 import pytest
-
 from conftest import N_THREADS
 from server import ServerProcess
 
