@@ -88,10 +88,14 @@ def _as_api_errors() -> Iterator[None]:
 
 
 async def _run(gens: list[Generation], choices: list[Choice]) -> AsyncIterator[tuple[Choice, Piece | Finish]]:
-    with _as_api_errors():
-        async for i, item in merge(gens):
-            if isinstance(item, Finish):
-                choices[i].finish = item
-            else:
-                choices[i].record(item)
-            yield choices[i], item
+    try:
+        with _as_api_errors():
+            async for i, item in merge(gens):
+                if isinstance(item, Finish):
+                    choices[i].finish = item
+                else:
+                    choices[i].record(item)
+                yield choices[i], item
+    finally:
+        for gen in gens:    # no-op for finished ones; frees any that merge stopped before it started them
+            gen.cancel()
