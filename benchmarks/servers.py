@@ -190,7 +190,8 @@ def llamaserve(model: Path, workdir: Path, *, threads: int, parallel: int = 8, n
 def llama_server(model: Path, workdir: Path, *, threads: int, parallel: int = 8, n_ctx: int = 256,
                  loras: dict[str, Path] | None = None, name: str = "llama-server",
                  extra_args: list[str] | None = None) -> Server:
-    """llama.cpp's server: ``parallel`` slots of ``n_ctx`` tokens each (no unified KV), fa off.
+    """llama.cpp's server: ``parallel`` slots sharing one unified KV pool of ``n_ctx`` x ``parallel``
+    cells (as llamaserve's default), fa off.
 
     With ``loras`` every request names its adapter scales: ``"lora": [{"id": i, "scale": 1.0}]``
     for adapter i, all at 0.0 for "base" (see Server.targets).
@@ -198,7 +199,7 @@ def llama_server(model: Path, workdir: Path, *, threads: int, parallel: int = 8,
     binary = ensure_tool("llama-server")
     port = free_port()
     cmd = [str(binary), "-m", str(model), "--host", HOST, "--port", str(port),
-           "-np", str(parallel), "-c", str(n_ctx * parallel), "--no-kv-unified", "--cont-batching",
+           "-np", str(parallel), "-c", str(n_ctx * parallel), "--kv-unified", "--cont-batching",
            "-t", str(threads), "-tb", str(threads), "-fa", "off", "-ngl", "0", "--no-webui",
            "--alias", "base", *(extra_args or [])]
     targets = {"base": ("base", {"ignore_eos": True})}

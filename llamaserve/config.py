@@ -184,7 +184,7 @@ def scan_models_dir(directory: Path) -> ModelsDirScan:
     of split models (the first part, named without its -0000N-of-0000M suffix, stands for all).
     """
     models, adapters, unreadable = [], [], []
-    for path in sorted(p for p in directory.glob("*.gguf") if p.is_file()):
+    for path in sorted(p for p in directory.glob("*.gguf") if _is(p, Path.is_file)):
         split = _SPLIT_PART.match(path.name)
         if split and int(split["part"]) > 1:
             continue
@@ -259,7 +259,7 @@ def parse_config(data: dict, source: Path | None, base_dir: Path) -> ServerConfi
             entries.append(_entry(f"models[{i}]", {**defaults, **fields}, base_dir, problems))
 
     models_dir = _path(settings["models_dir"], base_dir) if settings.get("models_dir") else None
-    if models_dir is not None and not models_dir.is_dir():
+    if models_dir is not None and not _is(models_dir, Path.is_dir):
         problems.add("models_dir", f"not a directory: {models_dir}")
     elif models_dir is not None:
         taken = {name for e in entries if e for name in e[1].names()}
@@ -390,8 +390,16 @@ def _entry(label: str, raw: dict, base_dir: Path, problems: _Problems) -> tuple[
     return label, entry
 
 
+def _is(path: Path, test) -> bool:
+    """``path.is_dir()``/``is_file()`` that answers False for names the OS rejects (too long, ...)."""
+    try:
+        return test(path)
+    except OSError:
+        return False
+
+
 def _gguf(path: Path, key: str, problems: _Problems) -> GGUFHeader | None:
-    if not path.is_file():
+    if not _is(path, Path.is_file):
         problems.add(key, f"file not found: {path}")
         return None
     try:
