@@ -169,6 +169,12 @@ async def warmup(client: AsyncOpenAI, server: servers.Server, aliases: list[str]
         raise RuntimeError(f"{server.name} warmup failed: {first['error']}\n{server.log_tail()}")
     for alias in aliases:
         r = await one_request(client, server, alias, 0, 8)
+        if r["error"] and "Connection" in r["error"]:
+            # llama-server (cpp-httplib) now and then drops a kept-alive connection as a request
+            # arrives; an untimed warmup request may simply be sent again
+            print(f"  {server.name} warmup of {alias}: {r['error']}; retrying once", flush=True)
+            await asyncio.sleep(1.0)
+            r = await one_request(client, server, alias, 0, 8)
         if r["error"]:
             raise RuntimeError(f"{server.name} warmup of {alias} failed: {r['error']}\n{server.log_tail()}")
         texts[alias] = r["text"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
+from contextlib import AsyncExitStack, contextmanager
 from dataclasses import dataclass, field
 
 from llamacore.completion import CompletionLogprobs
@@ -35,12 +35,14 @@ class Choice:
         self.offset += len(piece.text)
 
 
-def run_choices(engine: Engine, choices: list[Choice], *, max_tokens: int | None, adapters: AdapterKey,
-                stops: list[str], n_logprobs: int | None, ignore_eos: bool, metrics: Metrics,
-                model_name: str) -> AsyncIterator[tuple[Choice, Piece | Finish]]:
+def run_choices(engine: Engine, choices: list[Choice], stack: AsyncExitStack, *, max_tokens: int | None,
+                adapters: AdapterKey, stops: list[str], n_logprobs: int | None, ignore_eos: bool,
+                metrics: Metrics, model_name: str) -> AsyncIterator[tuple[Choice, Piece | Finish]]:
     """Every Piece/Finish of every choice as produced (choices decode together in the engine).
 
-    Sampling parameters are checked now (APIError 400), before a streamed response has started.
+    Sampling parameters are checked and the choices submitted now (APIError 400/503), before a
+    streamed response has started. Closing ``stack`` cancels whatever is still running: a client
+    that leaves before the response body starts never runs the iterator's own cleanup.
     """
     if len(choices) > engine.capacity:     # a 503 would invite retries that can never succeed
         raise APIError(400, f"{len(choices)} completions (prompts x n) exceed what this model can run or "
@@ -66,9 +68,14 @@ def run_choices(engine: Engine, choices: list[Choice], *, max_tokens: int | None
         submitted = True
     finally:
         if not submitted:
-            for gen in gens:                # never started, so their own cleanup would not run
-                gen.cancel()
+            _cancel(gens)
+    stack.callback(_cancel, gens)       # no-op for finished ones
     return _run(gens, choices)
+
+
+def _cancel(gens: list[Generation]) -> None:
+    for gen in gens:
+        gen.cancel()
 
 
 @contextmanager
@@ -88,14 +95,10 @@ def _as_api_errors() -> Iterator[None]:
 
 
 async def _run(gens: list[Generation], choices: list[Choice]) -> AsyncIterator[tuple[Choice, Piece | Finish]]:
-    try:
-        with _as_api_errors():
-            async for i, item in merge(gens):
-                if isinstance(item, Finish):
-                    choices[i].finish = item
-                else:
-                    choices[i].record(item)
-                yield choices[i], item
-    finally:
-        for gen in gens:    # no-op for finished ones; frees any that merge stopped before it started them
-            gen.cancel()
+    with _as_api_errors():
+        async for i, item in merge(gens):
+            if isinstance(item, Finish):
+                choices[i].finish = item
+            else:
+                choices[i].record(item)
+            yield choices[i], item

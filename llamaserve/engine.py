@@ -17,6 +17,7 @@ what a LoRA group's subset of the slots usually is.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections import deque
@@ -28,6 +29,8 @@ from llamacore import Batch, Context, LoraAdapter, Model
 from llamacore.completion import TokenLogprob
 from llamacore.llama import common_prefix
 from llamacore.sampling import SamplingParams
+
+log = logging.getLogger("llamaserve.engine")
 
 AdapterKey = tuple[tuple[str, float], ...]     # ((adapter path, scale), ...) with scale != 0, sorted
 
@@ -157,10 +160,26 @@ class Engine:
                     self._cond.wait()
                 if self._closed:
                     return
-                self._admit()
-            self._reap_cancelled()
-            if self.active:
-                self._step(batch)
+                try:
+                    self._admit()
+                except Exception as exc:
+                    self._fail_running(exc)
+            try:
+                self._reap_cancelled()
+                if self.active:
+                    self._step(batch)
+            except Exception as exc:
+                self._fail_running(exc)
+
+    def _fail_running(self, exc: Exception) -> None:
+        """An unexpected error ends the running requests, not the worker: a dead worker hangs them all."""
+        log.exception("engine step failed; ending %d running requests", self.active)
+        self._applied = None            # adapter state unknown: apply again on the next step
+        for slot in self._slots:
+            self.ctx.kv_remove(slot.seq, 0, -1)
+            slot.cached.clear()
+            if slot.req is not None:
+                self._finish(slot, "error", exc)
 
     def _admit(self) -> None:
         """Move queued requests into free slots, preferring the slot with the longest reusable prefix."""

@@ -122,3 +122,25 @@ def test_queue_bound(engine):
 def test_prompt_too_long_is_refused(engine):
     with pytest.raises(ValueError, match="context holds"):
         engine.submit(Recorder().request("x", [1] * 300, 1))
+
+
+def test_unexpected_step_error_ends_running_requests_and_engine_serves_on(engine, monkeypatch):
+    """Fault injection in our own scheduler code: the worker thread must survive it."""
+    original, calls = engine._next_group, []
+
+    def fail_once():
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("injected scheduler fault")
+        return original()
+
+    rec = Recorder()
+    monkeypatch.setattr(engine, "_next_group", fail_once)
+    engine.submit(rec.request("hit", [1, 5, 6], 8))
+    rec.wait(["hit"])
+    kind, value = rec.done["hit"]
+    assert kind == "error" and "injected scheduler fault" in str(value)
+    engine.submit(rec.request("after", [1, 5, 6], 8))
+    rec.wait(["after"])
+    assert rec.done["after"] == ("end", "length") and rec.events.count("after") == 8
+    assert engine.active == 0

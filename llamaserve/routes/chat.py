@@ -48,7 +48,7 @@ async def chat_completions(request: Request) -> Response:
             raise APIError(400, str(exc)) from None
         check_prompt_fits(len(tokens), engine.n_ctx)
         choices = [Choice(j, tokens, body.sampling(grammar, j)) for j in range(body.n)]
-        events = run_choices(engine, choices, max_tokens=body.max_completion_tokens or body.max_tokens,
+        events = run_choices(engine, choices, stack, max_tokens=body.max_completion_tokens or body.max_tokens,
                              adapters=adapter_key(entry), stops=stops,
                              n_logprobs=(body.top_logprobs or 0) if body.logprobs else None,
                              ignore_eos=body.ignore_eos, metrics=state.metrics, model_name=entry.alias)

@@ -63,7 +63,7 @@ async def completions(request: Request) -> Response:
                    for i, tokens in enumerate(prompts) for j in range(body.n)]
         echo = {c.index: engine.model.detokenize(c.tokens, True).decode("utf-8", "replace") if body.echo else ""
                 for c in choices}
-        events = run_choices(engine, choices, max_tokens=body.max_tokens, adapters=adapter_key(entry),
+        events = run_choices(engine, choices, stack, max_tokens=body.max_tokens, adapters=adapter_key(entry),
                              stops=stops, n_logprobs=body.logprobs, ignore_eos=body.ignore_eos,
                              metrics=state.metrics, model_name=entry.alias)
         n_prompt = sum(len(t) for t in prompts)
