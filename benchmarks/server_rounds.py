@@ -46,7 +46,9 @@ def med(values: list[float | None]) -> float | None:
 
 
 def make_client(server: servers.Server) -> AsyncOpenAI:
-    limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+    # A connection per request: llama-server (cpp-httplib) closes a kept-alive connection after
+    # 100 requests, and a request sent on it just then fails; a loopback connect costs ~0.1 ms.
+    limits = httpx.Limits(max_connections=64, max_keepalive_connections=0)
     return AsyncOpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0,
                        timeout=REQUEST_TIMEOUT,
                        http_client=httpx.AsyncClient(limits=limits, timeout=REQUEST_TIMEOUT))
@@ -169,12 +171,6 @@ async def warmup(client: AsyncOpenAI, server: servers.Server, aliases: list[str]
         raise RuntimeError(f"{server.name} warmup failed: {first['error']}\n{server.log_tail()}")
     for alias in aliases:
         r = await one_request(client, server, alias, 0, 8)
-        if r["error"] and "Connection" in r["error"]:
-            # llama-server (cpp-httplib) now and then drops a kept-alive connection as a request
-            # arrives; an untimed warmup request may simply be sent again
-            print(f"  {server.name} warmup of {alias}: {r['error']}; retrying once", flush=True)
-            await asyncio.sleep(1.0)
-            r = await one_request(client, server, alias, 0, 8)
         if r["error"]:
             raise RuntimeError(f"{server.name} warmup of {alias} failed: {r['error']}\n{server.log_tail()}")
         texts[alias] = r["text"]
