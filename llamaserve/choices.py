@@ -58,18 +58,12 @@ def run_choices(engine: Engine, choices: list[Choice], stack: AsyncExitStack, *,
             raise APIError(400, f"logit_bias: token id {bad[0]} is outside the vocabulary (0..{n_vocab - 1})",
                            param="logit_bias")
     gens: list[Generation] = []
-    submitted = False
-    try:                # submitted now: a full queue is a 503 before any streamed response has started
-        with _as_api_errors():
-            for c in choices:
-                gens.append(generate(engine, c.tokens, c.sampling, max_tokens=max_tokens, adapters=adapters,
-                                     stops=stops, n_logprobs=n_logprobs, ignore_eos=ignore_eos, metrics=metrics,
-                                     model_name=model_name))
-        submitted = True
-    finally:
-        if not submitted:
-            _cancel(gens)
-    stack.callback(_cancel, gens)       # no-op for finished ones
+    stack.callback(_cancel, gens)       # also covers a queue overflow part-way through the choices
+    with _as_api_errors():              # submitted now: a full queue is a 503 before any streamed response
+        for c in choices:
+            gens.append(generate(engine, c.tokens, c.sampling, max_tokens=max_tokens, adapters=adapters,
+                                 stops=stops, n_logprobs=n_logprobs, ignore_eos=ignore_eos, metrics=metrics,
+                                 model_name=model_name))
     return _run(gens, choices)
 
 

@@ -184,7 +184,7 @@ def scan_models_dir(directory: Path) -> ModelsDirScan:
     of split models (the first part, named without its -0000N-of-0000M suffix, stands for all).
     """
     models, adapters, unreadable = [], [], []
-    for path in sorted(p for p in directory.glob("*.gguf") if _is(p, Path.is_file)):
+    for path in sorted(p for p in directory.glob("*.gguf") if p.is_file()):
         split = _SPLIT_PART.match(path.name)
         if split and int(split["part"]) > 1:
             continue
