@@ -1,22 +1,14 @@
-"""Shared fixtures: tiny generated GGUF models/adapters, the real test models, and run_isolated."""
+"""Shared fixtures: tiny generated GGUF models/adapters, the real test models, a running server.
+
+Helpers that tests import live in plain modules: helpers.py, isolation.py, gguf_files.py.
+"""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
-SHARED_MODELS = REPO_ROOT.parent / "shared/models"
-
-# Small thread count: the test machine is shared and has 2 cores. ggml's worker threads spin
-# while they wait for each other, so on a machine that is busy with something else
-# LLAMACORE_TEST_THREADS=1 can be much faster.
-N_THREADS = int(os.environ.get("LLAMACORE_TEST_THREADS", "2"))
+from helpers import N_THREADS, SHARED_MODELS
 
 
 # -- generated tiny models ------------------------------------------------------------------
@@ -110,38 +102,6 @@ def stories_path():
 def minilm_path():
     """all-MiniLM-L6-v2-f16.gguf: BERT sentence embedding model, 384 dims, mean pooling."""
     return _shared_model("all-MiniLM-L6-v2-f16.gguf")
-
-
-# -- isolation for calls that could abort the process ---------------------------------------
-
-
-def run_isolated(code: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    """Run Python `code` in a fresh interpreter (cwd = repo root) and return the CompletedProcess.
-
-    Use it for inputs that could make llama.cpp abort (GGML_ASSERT / SIGABRT): the crash then
-    shows up as a negative returncode in the test instead of killing pytest. `code` is dedented.
-    """
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
-    env.setdefault("OMP_NUM_THREADS", str(N_THREADS))
-    env.setdefault("GGML_NO_BACKTRACE", "1")  # an abort should not spend seconds attaching gdb
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        check=False, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout,
-    )
-
-
-def describe(proc: subprocess.CompletedProcess) -> str:
-    """A failure message for an isolated run: return code (signal) plus its output tails."""
-    rc = proc.returncode
-    how = f"killed by signal {-rc}" if rc < 0 else f"exit code {rc}"
-    return f"child {how}\n--- stdout ---\n{proc.stdout[-3000:]}\n--- stderr ---\n{proc.stderr[-3000:]}"
-
-
-@pytest.fixture(scope="session")
-def isolated():
-    """Fixture form of run_isolated for tests that prefer injection over import."""
-    return run_isolated
 
 
 # -- a running server ---------------------------------------------------------------------

@@ -4,7 +4,7 @@ import re
 
 import numpy as np
 import pytest
-from conftest import N_THREADS
+from helpers import N_THREADS
 
 import llamacore
 

@@ -22,7 +22,8 @@ import gguf
 import httpx
 import numpy as np
 import pytest
-from conftest import REPO_ROOT, run_isolated
+from helpers import REPO_ROOT
+from isolation import run_python as run_isolated
 from server import ServerProcess
 
 ALLOWED = ("FileNotFoundError", "ValueError", "OSError", "IsADirectoryError", "PermissionError")

@@ -6,7 +6,7 @@ import json
 
 import load_scenario as scenario
 import pytest
-from conftest import N_THREADS
+from helpers import N_THREADS
 from server import ServerProcess
 
 CLIENTS = 16

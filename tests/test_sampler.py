@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from conftest import N_THREADS
+from helpers import N_THREADS
 
 import llamacore
 

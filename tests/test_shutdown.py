@@ -10,7 +10,7 @@ import time
 import httpx
 import openai
 import pytest
-from conftest import N_THREADS
+from helpers import N_THREADS
 from server import ServerProcess
 
 LONG = {"prompt": "Once upon a time", "temperature": 0, "ignore_eos": True}

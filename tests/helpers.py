@@ -1,0 +1,67 @@
+"""Helpers shared by the test modules (a plain module: import it, not conftest)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_MODELS = REPO_ROOT.parent / "shared/models"
+
+# Small thread count: the test machine is shared and has 2 cores. ggml's worker threads spin
+# while they wait for each other, so on a machine that is busy with something else
+# LLAMACORE_TEST_THREADS=1 can be much faster.
+N_THREADS = int(os.environ.get("LLAMACORE_TEST_THREADS", "2"))
+
+
+def describe(proc: subprocess.CompletedProcess) -> str:
+    """A failure message for a child process: return code (signal) plus its output tails."""
+    rc = proc.returncode
+    how = f"killed by signal {-rc}" if rc < 0 else f"exit code {rc}"
+    return f"child {how}\n--- stdout ---\n{proc.stdout[-3000:]}\n--- stderr ---\n{proc.stderr[-3000:]}"
+
+
+# -- contexts and decoding --------------------------------------------------------------------
+
+
+def make_ctx(model, **kw):
+    """A Context on `model` with the tests' defaults (n_ctx 256, n_batch 128, N_THREADS)."""
+    import llamacore
+
+    kw.setdefault("n_ctx", 256)
+    kw.setdefault("n_batch", 128)
+    kw.setdefault("n_threads", N_THREADS)
+    return llamacore.Context(model, **kw)
+
+
+def decode(ctx, tokens, pos0=0, seq_id=0):
+    """Decode `tokens` of one sequence; return a copy of the last token's logits."""
+    import llamacore
+
+    b = llamacore.Batch(max(len(tokens), 1))
+    b.add_sequence(tokens, pos0, seq_id)
+    ctx.decode(b)
+    return ctx.logits().copy()
+
+
+# -- OpenAI error bodies ----------------------------------------------------------------------
+
+ERROR_KEYS = frozenset({"message", "type", "param", "code"})
+
+
+def check_error_body(err, where: str = "") -> None:
+    """`err` is an OpenAI error object: exactly its four keys, a message, string-or-null fields."""
+    assert isinstance(err, dict) and set(err) == ERROR_KEYS, f"{where}: {err!r}"
+    assert isinstance(err["message"], str) and err["message"], f"{where}: {err!r}"
+    assert isinstance(err["type"], str), f"{where}: {err!r}"
+    assert err["param"] is None or isinstance(err["param"], str), f"{where}: {err!r}"
+    assert err["code"] is None or isinstance(err["code"], str), f"{where}: {err!r}"
+
+
+def assert_openai_error(resp, status: int) -> dict:
+    """`resp` (an httpx response) has `status` and an OpenAI error body; returns the error object."""
+    assert resp.status_code == status, (status, resp.status_code, resp.text[:1000])
+    err = resp.json()["error"]
+    check_error_body(err, f"{resp.request.method} {resp.request.url.path} -> {resp.status_code}")
+    return err
