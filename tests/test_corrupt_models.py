@@ -4,104 +4,34 @@ The corpus is made in the test from the tiny model and a LoRA adapter: bad magic
 truncations at many offsets, patched counts, tensor offsets, dimensions and types in the
 tensor-info section, metadata of the wrong type, bad tokenizers, unknown architectures and
 adapters that do not fit the model. Each file is loaded through llamacore.Model / LoraAdapter
-in a child interpreter (an abort or segfault there is a negative return code, not a dead pytest),
-and then a few of them through a real server next to a good model.
+in a child interpreter (isolation.run_cases: a file that makes llama.cpp abort fails as that
+file, and a new child loads the rest), and then a few of them through a real server next to a
+good model.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import struct
-import subprocess
-import sys
 from pathlib import Path
 
 import gguf
 import httpx
 import numpy as np
 import pytest
-from helpers import REPO_ROOT
-from isolation import run_python as run_isolated
+from gguf_files import VT, Layout, encode_kv, encode_value, part_pos, patched, write_adapter
+from helpers import assert_openai_error, describe
+from isolation import run_cases, run_python
 from server import ServerProcess
 
 ALLOWED = ("FileNotFoundError", "ValueError", "OSError", "IsADirectoryError", "PermissionError")
-VT = gguf.GGUFValueType
 
 
-# -- byte-level GGUF surgery -----------------------------------------------------------------
+# -- the corpus ------------------------------------------------------------------------------
 
 
-def part_pos(field, index: int) -> int:
-    """File offset of part `index` of a GGUFReader field."""
-    return field.offset + sum(p.nbytes for p in field.parts[:index])
-
-
-def patched(data: bytes, pos: int, fmt: str, value) -> bytes:
-    raw = struct.pack("<" + fmt, value)
-    return data[:pos] + raw + data[pos + len(raw):]
-
-
-def gguf_string(s: str | bytes) -> bytes:
-    b = s.encode() if isinstance(s, str) else s
-    return struct.pack("<Q", len(b)) + b
-
-
-_FMT = {VT.UINT8: "B", VT.INT8: "b", VT.UINT16: "H", VT.INT16: "h", VT.UINT32: "I", VT.INT32: "i",
-        VT.FLOAT32: "f", VT.BOOL: "?", VT.UINT64: "Q", VT.INT64: "q", VT.FLOAT64: "d"}
-
-
-def encode_value(vtype: VT, value, sub: VT | None = None) -> bytes:
-    if vtype == VT.STRING:
-        return gguf_string(value)
-    if vtype == VT.ARRAY:
-        return struct.pack("<IQ", sub, len(value)) + b"".join(
-            encode_value(sub, v) if sub != VT.ARRAY else v for v in value)
-    return struct.pack("<" + _FMT[vtype], value)
-
-
-def encode_kv(key: str, vtype: VT, value, sub: VT | None = None) -> bytes:
-    return gguf_string(key) + struct.pack("<I", vtype) + encode_value(vtype, value, sub)
-
-
-class Layout:
-    """Byte spans of one GGUF file: header, each key/value, tensor infos, tensor data."""
-
-    def __init__(self, path: Path) -> None:
-        self.data = path.read_bytes()
-        self.reader = r = gguf.GGUFReader(path)
-        self.kvs = [(k, f) for k, f in r.fields.items() if not k.startswith("GGUF.")]
-        self.tensors = list(r.tensors)
-        self.tinfo_start = self.tensors[0].field.offset if self.tensors else r.data_offset
-        last = self.tensors[-1].field if self.tensors else None
-        self.tinfo_end = part_pos(last, len(last.parts)) if last else r.data_offset
-        self.data_offset = r.data_offset
-        self.n_tensors, self.n_kv = len(self.tensors), len(self.kvs)
-
-    def kv_span(self, key: str) -> bytes:
-        offsets = [f.offset for _, f in self.kvs] + [self.tinfo_start]
-        i = [k for k, _ in self.kvs].index(key)
-        return self.data[offsets[i]:offsets[i + 1]]
-
-    def rebuild(self, replace: dict[str, bytes | None] | None = None, extra: list[bytes] = (),
-                version: int = 3) -> bytes:
-        """The file with some key/values replaced (None drops one) or added; data re-aligned."""
-        replace = replace or {}
-        kvs = [replace.get(k, self.kv_span(k)) for k, _ in self.kvs]
-        kvs = [kv for kv in kvs if kv is not None] + list(extra)
-        head = b"GGUF" + struct.pack("<IQQ", version, self.n_tensors, len(kvs)) + b"".join(kvs)
-        head += self.data[self.tinfo_start:self.tinfo_end]
-        head += b"\0" * (-len(head) % 32)
-        return head + self.data[self.data_offset:]
-
-    def tensor(self, name: str):
-        return next(t for t in self.tensors if t.name == name)
-
-
-def model_corpus(model: Path, out: Path) -> dict[str, Path]:
-    """name -> corrupt copy of the tiny model."""
-    lay = Layout(model)
+def structural_corpus(lay: Layout) -> dict[str, bytes]:
+    """name -> the tiny model with its header, counts or tensor infos broken, or truncated."""
     d = lay.data
     files: dict[str, bytes] = {}
     files["empty"] = b""
@@ -110,7 +40,6 @@ def model_corpus(model: Path, out: Path) -> dict[str, Path]:
     for v in (0, 1, 4, 99999, 0xFFFFFFFF):
         files[f"version-{v}"] = patched(d, 4, "I", v)
     tokens = dict(lay.kvs)["tokenizer.ggml.tokens"]
-    vocab = [bytes(tokens.parts[i]) for i in tokens.data]
     cuts = {"magic": 4, "version": 6, "counts": 20, "first-key": 30, "tokens-array": tokens.offset + 5000,
             "kv-end": lay.tinfo_start - 1, "tinfo-start": lay.tinfo_start, "tinfo-mid": lay.tinfo_start + 30,
             "padding": lay.tinfo_end + 1, "data-start": lay.data_offset, "data-4k": lay.data_offset + 4096,
@@ -147,8 +76,14 @@ def model_corpus(model: Path, out: Path) -> dict[str, Path]:
     files["string-length-2^62"] = patched(d, part_pos(arch, 3), "Q", 2**62)
     files["tokens-count-2^62"] = patched(d, part_pos(tokens, 4), "Q", 2**62)
     files["tokens-item-type-99"] = patched(d, part_pos(tokens, 3), "I", 99)
+    return files
 
-    # metadata rewritten with a wrong type, a bad value or missing
+
+def metadata_corpus(lay: Layout) -> dict[str, bytes]:
+    """name -> the tiny model with metadata of a wrong type, a bad value or missing."""
+    files: dict[str, bytes] = {}
+    tokens = dict(lay.kvs)["tokenizer.ggml.tokens"]
+    vocab = [bytes(tokens.parts[i]) for i in tokens.data]
     kv = lambda key, vt, value, sub=None: encode_kv(key, vt, value, sub)
     edits = {
         "ctx-len-string": {"llama.context_length": kv("llama.context_length", VT.STRING, "2048")},
@@ -201,29 +136,21 @@ def model_corpus(model: Path, out: Path) -> dict[str, Path]:
     for name, replace in edits.items():
         files[f"kv-{name}"] = lay.rebuild(replace, extras.get(name, []))
     files["rebuilt-version-2"] = lay.rebuild(version=2)    # v2 layout is v3's: must load (sanity check)
+    return files
 
+
+def write_files(files: dict[str, bytes], out: Path, prefix: str = "") -> dict[str, Path]:
     paths = {}
     for name, content in files.items():
-        path = out / f"{name}.gguf"
-        path.write_bytes(content)
-        paths[name] = path
+        paths[name] = out / f"{prefix}{name}.gguf"
+        paths[name].write_bytes(content)
     return paths
 
 
-def write_adapter(path: Path, tensors: dict[str, np.ndarray], arch: str = "llama",
-                  kind: str | None = "adapter", adapter_type: str = "lora") -> Path:
-    w = gguf.GGUFWriter(path, arch)
-    if kind:
-        w.add_type(kind)
-    w.add_string(gguf.Keys.Adapter.TYPE, adapter_type)
-    w.add_float32(gguf.Keys.Adapter.LORA_ALPHA, 8.0)
-    for name, array in tensors.items():
-        w.add_tensor(name, array)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
+def model_corpus(model: Path, out: Path) -> dict[str, Path]:
+    """name -> corrupt copy of the tiny model."""
+    lay = Layout(model)
+    return write_files({**structural_corpus(lay), **metadata_corpus(lay)}, out)
 
 
 def adapter_corpus(lora: Path, base: Path, other_arch: Path, wrong_shape: Path, out: Path) -> dict[str, Path]:
@@ -245,9 +172,7 @@ def adapter_corpus(lora: Path, base: Path, other_arch: Path, wrong_shape: Path, 
     files["adapter-type-int"] = lay.rebuild({"adapter.type": encode_kv("adapter.type", VT.UINT8, 1)})
     files["alpha-string"] = lay.rebuild({"adapter.lora.alpha": encode_kv("adapter.lora.alpha", VT.STRING, "8")})
     files["alpha-f64"] = lay.rebuild({"adapter.lora.alpha": encode_kv("adapter.lora.alpha", VT.FLOAT64, 8.0)})
-    for name, content in files.items():
-        paths[name] = out / f"lora-{name}.gguf"
-        paths[name].write_bytes(content)
+    paths.update(write_files(files, out, prefix="lora-"))
 
     rng = np.random.default_rng(0)
     a = lambda *shape: rng.standard_normal(shape).astype(np.float32)
@@ -267,76 +192,49 @@ def adapter_corpus(lora: Path, base: Path, other_arch: Path, wrong_shape: Path, 
 
 # -- loading in a child ----------------------------------------------------------------------
 
-CHILD = r"""
-import json, sys
+LOAD_SETUP = """
 import llamacore
 from llamacore import Batch, Context, Sampler
 
+BASE = None
+
+def load(kind, path):
+    # raises when the file is rejected (the outcome's exception)
+    global BASE
+    if kind == "model":
+        return llamacore.Model(path), None
+    if BASE is None:
+        BASE = llamacore.Model({base!r})
+    return BASE, llamacore.LoraAdapter(BASE, path)
+
 def smoke(model, adapter=None):
     # a file that loads must also work: tokenize, decode (with the adapter) and sample
-    model.metadata, model.chat_template(), model.desc
-    ctx = Context(model, n_ctx=64, n_batch=64, n_threads=1)
-    if adapter is not None:
-        ctx.set_adapters({adapter: 1.0})
-    tokens = model.tokenize("Hello world")
-    batch = Batch(64)
-    batch.add_sequence(tokens, 0, 0, logits_last=True)
-    ctx.decode(batch)
-    token = Sampler().greedy().sample(ctx, batch.n_tokens - 1)
-    model.token_to_piece(token)
-
-cases = json.loads(sys.argv[1])
-base = None
-for name, kind, path in cases:
-    print(json.dumps({"begin": name}), flush=True)
     try:
-        if kind == "model":
-            model, adapter = llamacore.Model(path), None
-        else:
-            if base is None:
-                base = llamacore.Model(sys.argv[2])
-            model, adapter = base, llamacore.LoraAdapter(base, path)
+        model.metadata, model.chat_template(), model.desc
+        ctx = Context(model, n_ctx=64, n_batch=64, n_threads=1)
+        if adapter is not None:
+            ctx.set_adapters({{adapter: 1.0}})
+        tokens = model.tokenize("Hello world")
+        batch = Batch(64)
+        batch.add_sequence(tokens, 0, 0, logits_last=True)
+        ctx.decode(batch)
+        token = Sampler().greedy().sample(ctx, batch.n_tokens - 1)
+        model.token_to_piece(token)
     except Exception as e:
-        result = {"name": name, "exc": type(e).__name__, "msg": str(e)[:300]}
-    else:
-        try:
-            smoke(model, adapter)
-            result = {"name": name, "loaded": True, "smoke": "ok"}
-        except Exception as e:
-            result = {"name": name, "loaded": True, "smoke": f"{type(e).__name__}: {str(e)[:200]}"}
-        del model, adapter
-    print(json.dumps(result), flush=True)
+        return f"{{type(e).__name__}}: {{str(e)[:200]}}"
+    return "ok"
 """
 
 
-def load_all(cases: list[tuple[str, str, str]], base: Path) -> tuple[dict[str, dict], dict[str, str]]:
-    """Load every case in children; a child that dies is restarted after the case that killed it.
-
-    Returns (results by name, crashes by name -> description).
-    """
-    results, crashes, todo = {}, {}, list(cases)
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "GGML_NO_BACKTRACE": "1", "OMP_NUM_THREADS": "1"}
-    for _ in range(len(cases) + 1):          # bounded: each round finishes at least one case
-        if not todo:
-            break
-        proc = subprocess.run([sys.executable, "-c", CHILD, json.dumps(todo), str(base)], cwd=REPO_ROOT,
-                              env=env, capture_output=True, text=True, timeout=300, check=False)
-        current = None
-        for line in proc.stdout.splitlines():
-            msg = json.loads(line)
-            if "begin" in msg:
-                current = msg["begin"]
-            else:
-                results[msg["name"]] = msg
-                current = None
-        done = {n for n, _, _ in todo if n in results}
-        if current is not None:
-            crashes[current] = f"child died with {proc.returncode}: {proc.stderr[-800:]}"
-            done.add(current)
-        elif proc.returncode != 0:
-            pytest.fail(f"child failed outside a case ({proc.returncode}): {proc.stderr[-2000:]}")
-        todo = [c for c in todo if c[0] not in done]
-    return results, crashes
+def load_all(kind: str, paths: dict[str, Path], base: Path):
+    """Load every file in children; an outcome's value is the smoke result of a file that loaded."""
+    cases = {name: f"model, adapter = load({kind!r}, {str(path)!r})\nreturn smoke(model, adapter)"
+             for name, path in paths.items()}
+    run = run_cases(LOAD_SETUP.format(base=str(base)), cases)
+    assert not run.crashes(), "llama.cpp killed the process:\n" + "\n".join(
+        f"{n}: {c}" for n, c in run.crashes().items())
+    assert not run.stray, run.stray
+    return run.outcomes
 
 
 @pytest.fixture(scope="module")
@@ -352,23 +250,32 @@ def corpus(tmp_path_factory, tiny_model_path, lora_a_path, lora_other_arch_path,
 MAY_LOAD = {"rebuilt-version-2", "kv-bos-out-of-range", "kv-chat-template-int"}
 
 
-def test_corrupt_files_raise_python_errors(corpus, tiny_model_path):
-    models, adapters = corpus
-    cases = [(n, "model", str(p)) for n, p in models.items()]
-    cases += [(n, "adapter", str(p)) for n, p in adapters.items()]
-    results, crashes = load_all(cases, tiny_model_path)
-    print(f"{len(cases)} corrupt files tried ({len(models)} models, {len(adapters)} adapters)")
-    assert not crashes, "llama.cpp killed the process:\n" + "\n".join(f"{n}: {c}" for n, c in crashes.items())
-    assert results["rebuilt-version-2"] == {"name": "rebuilt-version-2", "loaded": True, "smoke": "ok"}  # sound surgery
-    loaded = [n for n, r in results.items() if r.get("loaded") and n not in MAY_LOAD]
+def check_rejected(outcomes) -> None:
+    loaded = [n for n, o in outcomes.items() if o.exc is None and n not in MAY_LOAD]
     assert not loaded, f"corrupt files loaded without an error: {loaded}"
-    wrong = {n: r for n, r in results.items() if not r.get("loaded") and r.get("exc") not in ALLOWED}
+    wrong = {n: str(o) for n, o in outcomes.items() if o.exc is not None and o.exc not in ALLOWED}
     assert not wrong, f"unexpected exception types: {wrong}"
-    assert all(r["msg"] for r in results.values() if "exc" in r)
+    assert all(o.msg for o in outcomes.values() if o.exc is not None)
+
+
+def test_corrupt_models_raise_python_errors(corpus, tiny_model_path):
+    models, _ = corpus
+    outcomes = load_all("model", models, tiny_model_path)
+    print(f"{len(models)} corrupt models tried")
+    sound = outcomes["rebuilt-version-2"]
+    assert (sound.exc, sound.value) == (None, "ok"), sound     # the surgery itself is sound
+    check_rejected(outcomes)
+
+
+def test_corrupt_adapters_raise_python_errors(corpus, tiny_model_path):
+    _, adapters = corpus
+    outcomes = load_all("adapter", adapters, tiny_model_path)
+    print(f"{len(adapters)} corrupt adapters tried")
+    check_rejected(outcomes)
 
 
 def test_directory_and_missing_paths(tmp_path, tiny_model_path):
-    proc = run_isolated(f"""
+    proc = run_python(f"""
         import llamacore
         for path in [{str(tmp_path)!r}, {str(tmp_path / "missing.gguf")!r}]:
             try:
@@ -381,7 +288,7 @@ def test_directory_and_missing_paths(tmp_path, tiny_model_path):
             except OSError as e:
                 print(type(e).__name__)
     """)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.returncode == 0, describe(proc)
     assert proc.stdout.split() == ["IsADirectoryError"] * 2 + ["FileNotFoundError"] * 2
 
 
@@ -416,9 +323,7 @@ def test_server_reports_corrupt_models_and_keeps_serving(corpus, tmp_path, tiny_
                                 ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
                                                           "max_tokens": 1})]:
                 r = httpx.post(server.base_url + route, json={"model": alias, **body}, timeout=60)
-                assert r.status_code == 500, (alias, r.status_code, r.text)
-                err = r.json()["error"]
-                assert set(err) == {"message", "type", "param", "code"}, err
+                err = assert_openai_error(r, 500)
                 assert err["code"] == "model_load_failed" and err["type"] == "server_error", err
                 assert f"model '{alias}' failed to load" in err["message"], err
                 assert "Traceback" not in err["message"], err
