@@ -1,6 +1,6 @@
 """Random-weight llama models for benchmarks, cached in ``benchmarks/.cache/models/``.
 
-Weight values do not change speed, so llamacore.tiny_models writes f16 files of realistic
+Weight values do not change speed, so tests/tiny_models.py writes f16 files of realistic
 shapes; q8_0 and q4_0 variants are made from them with llama.cpp's ``llama-quantize``.
 """
 
@@ -15,7 +15,9 @@ from peer_tools import ROOT, ensure_tool
 
 if str(ROOT) not in sys.path:  # llamacore is built in place in the checkout, not installed
     sys.path.insert(0, str(ROOT))
-from llamacore.tiny_models import TinyModelSpec, write_lora, write_model
+if str(ROOT / "tests") not in sys.path:  # the tiny-model writer is test tooling, not part of llamacore
+    sys.path.append(str(ROOT / "tests"))
+from tiny_models import TinyModelSpec, write_lora, write_model
 
 CACHE = Path(__file__).resolve().parent / ".cache" / "models"
 

@@ -23,35 +23,35 @@ def tiny_models_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_spec():
     """The TinyModelSpec of `tiny_model_path` (defaults: 64-dim, 2 layers, 4 heads, 2 KV heads)."""
-    from llamacore.tiny_models import TinyModelSpec
+    from tiny_models import TinyModelSpec
 
     return TinyModelSpec()
 
 
 @pytest.fixture(scope="session")
 def tiny_model_path(tiny_models_dir, tiny_spec):
-    from llamacore.tiny_models import write_model
+    from tiny_models import write_model
 
     return write_model(tiny_models_dir / "model-f32.gguf", tiny_spec)
 
 
 @pytest.fixture(scope="session")
 def tiny_model_f16_path(tiny_models_dir):
-    from llamacore.tiny_models import TinyModelSpec, write_model
+    from tiny_models import TinyModelSpec, write_model
 
     return write_model(tiny_models_dir / "model-f16.gguf", TinyModelSpec(dtype="f16"))
 
 
 @pytest.fixture(scope="session")
 def lora_a_path(tiny_models_dir, tiny_spec):
-    from llamacore.tiny_models import write_lora
+    from tiny_models import write_lora
 
     return write_lora(tiny_models_dir / "lora-a.gguf", tiny_spec, seed=1)
 
 
 @pytest.fixture(scope="session")
 def lora_b_path(tiny_models_dir, tiny_spec):
-    from llamacore.tiny_models import write_lora
+    from tiny_models import write_lora
 
     return write_lora(tiny_models_dir / "lora-b.gguf", tiny_spec, seed=2)
 
@@ -59,7 +59,7 @@ def lora_b_path(tiny_models_dir, tiny_spec):
 @pytest.fixture(scope="session")
 def lora_other_arch_path(tiny_models_dir, tiny_spec):
     """An adapter with the right tensor shapes but general.architecture = gpt2."""
-    from llamacore.tiny_models import write_lora
+    from tiny_models import write_lora
 
     return write_lora(tiny_models_dir / "lora-gpt2.gguf", tiny_spec, seed=3, arch="gpt2")
 
@@ -67,7 +67,7 @@ def lora_other_arch_path(tiny_models_dir, tiny_spec):
 @pytest.fixture(scope="session")
 def lora_wrong_shape_path(tiny_models_dir):
     """A llama adapter made for a 128-dim base model (shapes do not match the 64-dim tiny model)."""
-    from llamacore.tiny_models import TinyModelSpec, write_lora
+    from tiny_models import TinyModelSpec, write_lora
 
     spec = TinyModelSpec(n_embd=128, n_ff=256)
     return write_lora(tiny_models_dir / "lora-wrong-shape.gguf", spec, seed=4)
@@ -110,7 +110,7 @@ def minilm_path():
 @pytest.fixture(scope="session")
 def embed_model_path(tiny_models_dir):
     """A tiny llama model used as an embedder (mean pooling over its hidden states)."""
-    from llamacore.tiny_models import TinyModelSpec, write_model
+    from tiny_models import TinyModelSpec, write_model
 
     return write_model(tiny_models_dir / "embed-f32.gguf", TinyModelSpec(seed=5, name="tiny-embed"))
 

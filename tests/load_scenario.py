@@ -34,7 +34,7 @@ DISCONNECT_AFTER = 2                                # data events read before a 
 def write_models(directory: Path, base1: Path | None = None, lora_a: Path | None = None,
                  lora_b: Path | None = None) -> dict[str, Path]:
     """The scenario's GGUF files (existing ones may be passed in): two different bases, three adapters."""
-    from llamacore.tiny_models import TinyModelSpec, write_lora, write_model
+    from tiny_models import TinyModelSpec, write_lora, write_model
 
     spec1, spec2 = TinyModelSpec(), TinyModelSpec(seed=7, n_layer=3, name="tiny-llama-b")
     directory.mkdir(parents=True, exist_ok=True)

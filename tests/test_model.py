@@ -3,7 +3,7 @@
 import pytest
 
 import llamacore
-from llamacore.tiny_models import CHATML_TEMPLATE, TinyModelSpec
+from tiny_models import CHATML_TEMPLATE, TinyModelSpec
 
 HELLO_WORLD_IDS = [1, 15043, 2787]  # llama-spm: <s> ▁Hello ▁World
 

@@ -4,7 +4,7 @@ The models use llama.cpp's real SentencePiece llama vocabulary (32000 tokens), c
 ``vendor/llama.cpp/models/ggml-vocab-llama-spm.gguf``, so tokenization behaves like a real model.
 Everything is seeded: the same spec always produces byte-identical files.
 
-CLI: ``python -m llamacore.tiny_models OUTDIR`` writes model-f32.gguf, model-f16.gguf,
+CLI: ``python tests/tiny_models.py OUTDIR`` writes model-f32.gguf, model-f16.gguf,
 lora-a.gguf and lora-b.gguf.
 """
 
