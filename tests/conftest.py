@@ -81,6 +81,24 @@ def tiny_model(tiny_model_path):
     return llamacore.Model(tiny_model_path)
 
 
+# -- config files -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory, tiny_model_path, lora_a_path, lora_b_path, lora_other_arch_path) -> Path:
+    """A folder with models/{model,lora-a,lora-b,lora-gpt2,not-gguf}.gguf; configs go next to it."""
+    from gguf_files import place
+
+    root = tmp_path_factory.mktemp("config")
+    models = root / "models"
+    models.mkdir()
+    for src, name in ((tiny_model_path, "model.gguf"), (lora_a_path, "lora-a.gguf"),
+                      (lora_b_path, "lora-b.gguf"), (lora_other_arch_path, "lora-gpt2.gguf")):
+        place(src, models / name)
+    (models / "not-gguf.gguf").write_bytes(b"PK\x03\x04 this is a zip file, not a model")
+    return root
+
+
 # -- real models ----------------------------------------------------------------------------
 
 

@@ -6,6 +6,8 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_MODELS = REPO_ROOT.parent / "shared/models"
 
@@ -65,3 +67,29 @@ def assert_openai_error(resp, status: int) -> dict:
     err = resp.json()["error"]
     check_error_body(err, f"{resp.request.method} {resp.request.url.path} -> {resp.status_code}")
     return err
+
+
+# -- config files -----------------------------------------------------------------------------
+
+NO_MODELS = "no models configured (add a models list, or a models_dir with GGUF models)"
+
+
+def write(folder: Path, name: str, text: str) -> Path:
+    path = folder / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def problems(path: Path) -> list[str]:
+    """The problem lines of a config file that must not load (one ConfigError listing them all)."""
+    from llamaserve.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(info.value) == "\n".join(info.value.problems)
+    return info.value.problems
+
+
+def yaml_config(work: Path, body: str) -> Path:
+    return write(work, "config.yaml", body)

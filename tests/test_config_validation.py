@@ -1,0 +1,139 @@
+"""llamaserve.config validation: unknown keys, types and ranges, model and adapter files, aliases.
+
+The messages are the contract: each problem is one line naming the file, the key and a fix.
+"""
+
+from __future__ import annotations
+
+import pytest
+from helpers import NO_MODELS, problems, yaml_config
+
+
+def test_unknown_keys_get_did_you_mean(work):
+    path = yaml_config(work, """
+prot: 8000
+defaults: {n_gpu_layer: 1}
+models:
+  - {alias: a, model: models/model.gguf}
+  - {alias: b, model: models/model.gguf, n_cxt: 512, zzzz: 1}
+""")
+    assert problems(path) == [
+        f"{path}: prot: unknown key (did you mean 'port'?)",
+        f"{path}: defaults.n_gpu_layer: unknown key (did you mean 'n_gpu_layers'?)",
+        f"{path}: models[1].n_cxt: unknown key (did you mean 'n_ctx'?)",
+        f"{path}: models[1].zzzz: unknown key",
+    ]
+
+
+@pytest.mark.parametrize("line, message", [
+    ("port: abc", "port: expected an integer, got 'abc'"),
+    ("port: 0", "port: must be between 1 and 65535, got 0"),
+    ("port: -1", "port: must be between 1 and 65535, got -1"),
+    ("port: true", "port: expected an integer, got True"),
+    ("max_loaded_models: 0", "max_loaded_models: must be at least 1, got 0"),
+    ("memory_budget: 12 gigs", "memory_budget: invalid size '12 gigs'"),
+    ("memory_budget: 0", "memory_budget: must be greater than zero, got 0"),
+    ("max_body_bytes: lots", "max_body_bytes: invalid size 'lots'"),
+    ("idle_unload: soon", "idle_unload: invalid duration 'soon'"),
+    ("log_level: verbose", ("log_level: expected one of critical, error, warning, info, debug, trace, "
+                           "got 'verbose'")),
+    ("cors: 5", "cors: expected a list of strings, got 5"),
+    ("host: ''", "host: expected a non-empty string, got ''"),
+    ("defaults: [1]", "defaults: expected a mapping, got [1]"),
+    ("defaults: {alias: x}", "defaults.alias: not allowed in defaults"),
+    ("defaults: {n_ctx: big}", "defaults.n_ctx: expected an integer, got 'big'"),
+    ("defaults: {use_mmap: 'yes'}", "defaults.use_mmap: expected true or false, got 'yes'"),
+    ("defaults: {flash_attn: maybe}", "defaults.flash_attn: expected true, false, auto, on or off"),
+    ("defaults: {type_k: q9}", "defaults.type_k: expected one of f32, f16"),
+    ("defaults: {split_mode: rows}", ("defaults.split_mode: expected one of none, layer, row, got 'rows' "
+                                     "(did you mean 'row'?)")),
+    ("defaults: {pooling_type: meen}", "defaults.pooling_type: expected one of unspecified"),
+    ("defaults: {tensor_split: [1, x]}", "defaults.tensor_split: expected a number, got 'x'"),
+    ("defaults: {kv_overrides: [1]}", "defaults.kv_overrides: expected a mapping of metadata keys"),
+    ("defaults: {parallel: 0}", "defaults.parallel: must be at least 1, got 0"),
+])
+def test_wrong_types_and_ranges(work, line, message):
+    path = yaml_config(work, f"{line}\nmodels: [{{alias: a, model: models/model.gguf}}]\n")
+    found = problems(path)
+    assert len(found) == 1 and found[0].startswith(f"{path}: {message}"), found
+
+
+def test_missing_and_non_gguf_files(work):
+    path = yaml_config(work, """
+models:
+  - {alias: a, model: models/missing.gguf}
+  - {alias: b, model: models/not-gguf.gguf}
+  - {alias: c, model: models/model.gguf, lora_adapters: [models/missing-lora.gguf]}
+  - {alias: d, model: models/lora-a.gguf}
+  - {alias: e}
+""")
+    m = work / "models"
+    assert problems(path) == [
+        f"{path}: models[0].model: file not found: {m / 'missing.gguf'}",
+        (f"{path}: models[1].model: {m / 'not-gguf.gguf'} is not a readable GGUF file: "
+         "not a GGUF file (bad magic b'PK\\x03\\x04')"),
+        f"{path}: models[2].lora_adapters: file not found: {m / 'missing-lora.gguf'}",
+        f"{path}: models[3].model: lora-a.gguf is a LoRA adapter, not a model (general.type is 'adapter')",
+        f"{path}: models[4].model: required (the path of a GGUF model file)",
+    ]
+
+
+def test_adapter_checks(work):
+    path = yaml_config(work, """
+models:
+  - {alias: a, model: models/model.gguf, lora_adapters: {models/lora-a.gguf: 1.0}}
+  - {alias: b, model: models/model.gguf, lora_adapters: {models/lora-gpt2.gguf: 1.0}}
+  - {alias: c, model: models/model.gguf, lora_adapters: [models/model.gguf]}
+  - {alias: d, model: models/model.gguf, lora_adapters: {models/lora-a.gguf: strong}}
+  - {alias: e, model: models/model.gguf, lora_adapters: models/lora-a.gguf}
+""")
+    assert problems(path) == [
+        (f"{path}: models[1].lora_adapters: adapter lora-gpt2.gguf is for architecture 'gpt2', "
+         "model is 'llama'"),
+        (f"{path}: models[2].lora_adapters: model.gguf is not a LoRA adapter (general.type is not set, "
+         f"not 'adapter'): {work / 'models/model.gguf'}"),
+        f"{path}: models[3].lora_adapters['models/lora-a.gguf']: expected a number, got 'strong'",
+        (f"{path}: models[4].lora_adapters: expected a mapping of adapter paths to scales or a list of "
+         "paths, got 'models/lora-a.gguf'"),
+    ]
+
+
+def test_duplicate_aliases(work):
+    path = yaml_config(work, """
+models:
+  - {alias: chat, aliases: [gpt-4], model: models/model.gguf}
+  - {alias: other, aliases: [gpt-4, other], model: models/model.gguf}
+  - {alias: chat, model: models/model.gguf}
+  - {alias: a, model_alias: b, model: models/model.gguf}
+""")
+    assert problems(path) == [
+        f"{path}: models[3].model_alias: give either alias or model_alias, not both",
+        f"{path}: models[1].aliases[0]: duplicate alias 'gpt-4' (also models[0])",
+        f"{path}: models[2].alias: duplicate alias 'chat' (also models[0])",
+    ]
+
+
+def test_default_model_and_chat_format_must_exist(work):
+    path = yaml_config(work, """
+default_model: chta
+models:
+  - {alias: chat, model: models/model.gguf, chat_format: llama3}
+  - {alias: ok, model: models/model.gguf, chat_format: llama-2}
+""")
+    found = problems(path)
+    assert found[0] == f"{path}: default_model: no model named 'chta' (did you mean 'chat'?)"
+    assert found[1].startswith(f"{path}: models[0].chat_format: unknown chat format 'llama3' "
+                               "(did you mean 'llama-3'?); known: chatml, ")
+    assert len(found) == 2
+
+
+def test_no_models_at_all(work):
+    for body in ("port: 8000\n", "", "models: []\n"):
+        path = yaml_config(work, body)
+        assert problems(path) == [f"{path}: models: {NO_MODELS}"]
+
+
+def test_all_problems_are_reported_at_once(work):
+    path = yaml_config(work, "port: x\nmax_loaded_models: 0\n"
+                             "models:\n  - {alias: a, model: nope.gguf, n_cxt: 1}\n")
+    assert len(problems(path)) == 4
