@@ -47,6 +47,20 @@ def decode(ctx, tokens, pos0=0, seq_id=0):
     return ctx.logits().copy()
 
 
+def greedy_generate(ctx, model, prompt, n):
+    """`n` argmax tokens after `prompt`, decoded one at a time on sequence 0 of `ctx`."""
+    import numpy as np
+
+    tokens = model.tokenize(prompt)
+    logits = decode(ctx, tokens)
+    out = []
+    for _ in range(n):
+        tok = int(np.argmax(logits))
+        out.append(tok)
+        logits = decode(ctx, [tok], pos0=len(tokens) + len(out) - 1)
+    return out
+
+
 # -- OpenAI error bodies ----------------------------------------------------------------------
 
 ERROR_KEYS = frozenset({"message", "type", "param", "code"})

@@ -2,13 +2,14 @@
 
 import numpy as np
 import pytest
+from helpers import N_THREADS
 
 from llamacore import Llama
 
 
 @pytest.fixture(scope="module")
 def minilm(minilm_path):
-    return Llama(minilm_path, embedding=True, n_ctx=512, n_threads=2)
+    return Llama(minilm_path, embedding=True, n_ctx=512, n_threads=N_THREADS)
 
 
 def cos(a, b):
@@ -37,12 +38,12 @@ def test_batch_equals_single_and_usage(minilm):
 
 @pytest.fixture(scope="module")
 def token_rows(tiny_model_path):
-    llm = Llama(tiny_model_path, embedding=True, pooling_type="none", n_ctx=256, n_threads=2)
+    llm = Llama(tiny_model_path, embedding=True, pooling_type="none", n_ctx=256, n_threads=N_THREADS)
     return {text: np.asarray(llm.embed(text)) for text in ("hello world", "the quick brown fox")}
 
 
 def test_pooling_none_gives_one_vector_per_token(tiny_model_path, token_rows):
-    llm = Llama(tiny_model_path, embedding=True, pooling_type="none", n_ctx=256, n_threads=2)
+    llm = Llama(tiny_model_path, embedding=True, pooling_type="none", n_ctx=256, n_threads=N_THREADS)
     rows = llm.embed("hello world", normalize=True)
     assert len(rows) == len(llm.tokenize(b"hello world")) == len(token_rows["hello world"])
     assert all(np.linalg.norm(r) == pytest.approx(1.0, abs=1e-5) for r in rows)
@@ -51,7 +52,7 @@ def test_pooling_none_gives_one_vector_per_token(tiny_model_path, token_rows):
 @pytest.mark.parametrize("pooling,reduce", [("mean", lambda r: r.mean(axis=0)), ("cls", lambda r: r[0]),
                                             ("last", lambda r: r[-1])])
 def test_pooled_embedding_reduces_the_token_vectors(tiny_model_path, token_rows, pooling, reduce):
-    llm = Llama(tiny_model_path, embedding=True, pooling_type=pooling, n_ctx=256, n_threads=2)
+    llm = Llama(tiny_model_path, embedding=True, pooling_type=pooling, n_ctx=256, n_threads=N_THREADS)
     texts = list(token_rows)
     batch = llm.embed(texts)                       # both inputs in one decode
     for text, vector in zip(texts, batch):
@@ -60,12 +61,12 @@ def test_pooled_embedding_reduces_the_token_vectors(tiny_model_path, token_rows,
 
 
 def test_embedding_errors(tiny_model_path):
-    llm = Llama(tiny_model_path, embedding=True, pooling_type="mean", n_ctx=64, n_batch=64, n_threads=2)
+    llm = Llama(tiny_model_path, embedding=True, pooling_type="mean", n_ctx=64, n_batch=64, n_threads=N_THREADS)
     with pytest.raises(ValueError, match="empty"):
         llm.embed([])
     with pytest.raises(ValueError, match="limit"):
         llm.embed("word " * 100, truncate=False)
     assert len(llm.embed("word " * 100)) == llm.n_embd()           # truncated to n_batch by default
-    gen = Llama(tiny_model_path, n_ctx=64, n_threads=2)
+    gen = Llama(tiny_model_path, n_ctx=64, n_threads=N_THREADS)
     with pytest.raises(ValueError, match="embedding=True"):
         gen.embed("x")

@@ -15,12 +15,12 @@ import json
 import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
+from helpers import assert_openai_error, check_error_body
 from hypothesis import strategies as st
 from server import ServerProcess
 
 COMPLETIONS, CHAT, EMBEDDINGS = "/v1/completions", "/v1/chat/completions", "/v1/embeddings"
 MODEL_FOR = {COMPLETIONS: "m", CHAT: "m", EMBEDDINGS: "emb"}
-ERROR_KEYS = {"message", "type", "param", "code"}
 STATS: collections.Counter = collections.Counter()
 SETTINGS = settings(max_examples=40, deadline=None, database=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
@@ -83,14 +83,6 @@ def header(resp, name: str) -> str | None:
         if key.lower() == name.lower():
             return values[0] if isinstance(values, list) else values
     return None
-
-
-def check_error_body(err: dict, where: str) -> None:
-    assert isinstance(err, dict) and set(err) == ERROR_KEYS, f"{where}: {err!r}"
-    assert isinstance(err["message"], str) and err["message"], f"{where}: {err!r}"
-    assert isinstance(err["type"], str), f"{where}: {err!r}"
-    assert err["param"] is None or isinstance(err["param"], str), f"{where}: {err!r}"
-    assert err["code"] is None or isinstance(err["code"], str), f"{where}: {err!r}"
 
 
 def check_response(status: int, headers_get, content: bytes, where: str) -> None:
@@ -160,8 +152,7 @@ def chat(content="Hello", **kw) -> dict:
 
 
 def expect_error(resp: httpx.Response, status: int = 400, param: str | None = None) -> dict:
-    assert resp.status_code == status, resp.text[:1000]
-    err = resp.json()["error"]
+    err = assert_openai_error(resp, status)
     if param is not None:
         assert (err["param"] or "").split(".")[0] == param, err
     return err

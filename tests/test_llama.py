@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from helpers import N_THREADS
 
 from llamacore import Llama
 from llamacore.sampling import SamplingParams
@@ -11,7 +12,7 @@ PROMPT = "Once upon a time"
 
 @pytest.fixture(scope="module")
 def llm(tiny_model_path, lora_a_path, lora_b_path):
-    return Llama(tiny_model_path, n_ctx=256, n_threads=2,
+    return Llama(tiny_model_path, n_ctx=256, n_threads=N_THREADS,
                  lora_adapters={lora_a_path: 0.0, lora_b_path: 0.0})
 
 
@@ -61,7 +62,7 @@ def test_stop_string_spanning_tokens_never_leaks(llm):
 
 
 def test_prefix_cache_gives_identical_output(llm, tiny_model_path):
-    fresh = Llama(tiny_model_path, n_ctx=256, n_threads=2)
+    fresh = Llama(tiny_model_path, n_ctx=256, n_threads=N_THREADS)
     long_prompt = PROMPT + " there was a little dog"
     expected = greedy(fresh, long_prompt)["choices"][0]["text"]
     llm.reset()
@@ -79,7 +80,7 @@ def test_lora_scale_change_matches_fresh_model_and_invalidates_cache(llm, tiny_m
         with_a = greedy(llm)["choices"][0]["text"]
     finally:
         llm.set_lora_adapter_scale(lora_a_path, 0.0)
-    fresh = Llama(tiny_model_path, n_ctx=256, n_threads=2, lora_adapters={lora_a_path: 0.7})
+    fresh = Llama(tiny_model_path, n_ctx=256, n_threads=N_THREADS, lora_adapters={lora_a_path: 0.7})
     assert with_a == greedy(fresh)["choices"][0]["text"]
     assert with_a != base
     assert greedy(llm)["choices"][0]["text"] == base
@@ -92,7 +93,7 @@ def test_hot_swap_loop_loads_each_adapter_once(llm, tiny_model_path, lora_a_path
         for path in llm.lora_adapters:
             llm.set_lora_adapter_scale(path, 1.0 if path == active else 0.0)
         got = greedy(llm)["choices"][0]["text"]
-        fresh = Llama(tiny_model_path, n_ctx=256, n_threads=2, lora_adapters={active: 1.0})
+        fresh = Llama(tiny_model_path, n_ctx=256, n_threads=N_THREADS, lora_adapters={active: 1.0})
         assert got == greedy(fresh)["choices"][0]["text"]
     for path in llm.lora_adapters:
         llm.set_lora_adapter_scale(path, 0.0)

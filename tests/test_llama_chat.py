@@ -4,6 +4,7 @@ import json
 
 import jsonschema
 import pytest
+from helpers import N_THREADS
 
 from llamacore import Llama
 
@@ -12,7 +13,7 @@ MESSAGES = [{"role": "system", "content": "You are terse."}, {"role": "user", "c
 
 @pytest.fixture(scope="module")
 def llm(tiny_model_path):
-    return Llama(tiny_model_path, n_ctx=512, n_threads=2)
+    return Llama(tiny_model_path, n_ctx=512, n_threads=N_THREADS)
 
 
 def test_chat_shape_and_stream(llm):
@@ -34,8 +35,8 @@ def test_prompt_uses_the_gguf_chatml_template(llm):
 
 
 def test_named_chat_format_changes_the_prompt(tiny_model_path):
-    llama3 = Llama(tiny_model_path, n_ctx=512, n_threads=2, chat_format="llama-3")
-    chatml = Llama(tiny_model_path, n_ctx=512, n_threads=2)
+    llama3 = Llama(tiny_model_path, n_ctx=512, n_threads=N_THREADS, chat_format="llama-3")
+    chatml = Llama(tiny_model_path, n_ctx=512, n_threads=N_THREADS)
     a = llama3.create_chat_completion(MESSAGES, max_tokens=1, temperature=0)["usage"]["prompt_tokens"]
     b = chatml.create_chat_completion(MESSAGES, max_tokens=1, temperature=0)["usage"]["prompt_tokens"]
     assert a != b

@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from helpers import N_THREADS
+from helpers import N_THREADS, decode, make_ctx
 
 import llamacore
 
@@ -17,17 +17,13 @@ def adapters(tiny_model, lora_a_path, lora_b_path):
 
 @pytest.fixture()
 def ctx(tiny_model):
-    return llamacore.Context(tiny_model, n_ctx=128, n_batch=64, n_threads=N_THREADS)
+    return make_ctx(tiny_model, n_ctx=128, n_batch=64)
 
 
 def run(ctx, model):
     """Fresh-cache logits of PROMPT's last token under the context's current adapters."""
     ctx.kv_clear()
-    tokens = model.tokenize(PROMPT)
-    b = llamacore.Batch(len(tokens))
-    b.add_sequence(tokens, 0, 0)
-    ctx.decode(b)
-    return ctx.logits().copy()
+    return decode(ctx, model.tokenize(PROMPT))
 
 
 def test_adapter_metadata(adapters, lora_a_path, tiny_model):
@@ -81,7 +77,7 @@ def test_switching_is_exact_and_reversible(ctx, tiny_model, adapters):
     # and back to no adapter gives the base model again, on the same context
     ctx.set_adapters({})
     base = run(ctx, tiny_model)
-    fresh = llamacore.Context(tiny_model, n_ctx=128, n_batch=64, n_threads=N_THREADS)
+    fresh = make_ctx(tiny_model, n_ctx=128, n_batch=64)
     np.testing.assert_array_equal(base, run(fresh, tiny_model))
 
 

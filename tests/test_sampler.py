@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from helpers import N_THREADS
+from helpers import N_THREADS, decode, make_ctx
 
 import llamacore
 
@@ -12,11 +12,8 @@ PROMPT = "Once upon a time"
 @pytest.fixture(scope="module")
 def primed(tiny_model):
     """A context holding PROMPT with the logits of its last token available."""
-    ctx = llamacore.Context(tiny_model, n_ctx=256, n_batch=64, n_threads=N_THREADS)
-    tokens = tiny_model.tokenize(PROMPT)
-    b = llamacore.Batch(len(tokens))
-    b.add_sequence(tokens, 0, 0)
-    ctx.decode(b)
+    ctx = make_ctx(tiny_model, n_batch=64)
+    decode(ctx, tiny_model.tokenize(PROMPT))
     return ctx
 
 

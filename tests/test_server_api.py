@@ -8,6 +8,7 @@ import jsonschema
 import numpy as np
 import openai
 import pytest
+from helpers import N_THREADS
 
 from llamacore import Llama
 
@@ -34,7 +35,7 @@ def test_models_lists_every_name(client):
 
 def test_completion_matches_the_library(client, tiny_model_path):
     out = client.completions.create(model="base", prompt="Once upon a time", max_tokens=10, temperature=0)
-    llm = Llama(tiny_model_path, n_ctx=256, n_threads=2)
+    llm = Llama(tiny_model_path, n_ctx=256, n_threads=N_THREADS)
     expected = llm("Once upon a time", max_tokens=10, temperature=0)
     assert out.choices[0].text == expected["choices"][0]["text"]
     assert out.choices[0].finish_reason == "length"
@@ -45,7 +46,7 @@ def test_completion_matches_the_library(client, tiny_model_path):
 
 def test_lora_alias_matches_library_with_that_adapter(client, tiny_model_path, lora_a_path, lora_b_path):
     out = client.completions.create(model="lab", prompt="Hello there", max_tokens=8, temperature=0)
-    llm = Llama(tiny_model_path, n_ctx=256, n_threads=2, lora_adapters={lora_a_path: 1.0, lora_b_path: 0.5})
+    llm = Llama(tiny_model_path, n_ctx=256, n_threads=N_THREADS, lora_adapters={lora_a_path: 1.0, lora_b_path: 0.5})
     assert out.choices[0].text == llm("Hello there", max_tokens=8, temperature=0)["choices"][0]["text"]
 
 
@@ -228,5 +229,5 @@ def test_alias_switch_never_reuses_other_adapters_cache(client, tiny_model_path,
     prompt = "Shared prompt for both aliases"
     client.completions.create(model="la", prompt=prompt, max_tokens=6, temperature=0)
     got = client.completions.create(model="lb", prompt=prompt, max_tokens=6, temperature=0).choices[0].text
-    fresh = Llama(tiny_model_path, n_ctx=256, n_threads=2, lora_adapters={lora_b_path: 1.0})
+    fresh = Llama(tiny_model_path, n_ctx=256, n_threads=N_THREADS, lora_adapters={lora_b_path: 1.0})
     assert got == fresh(prompt, max_tokens=6, temperature=0)["choices"][0]["text"]

@@ -8,7 +8,7 @@ import time
 import httpx
 import openai
 import pytest
-
+from helpers import N_THREADS, assert_openai_error
 from server import ServerProcess
 
 KEY = "sk-test-123"
@@ -23,7 +23,7 @@ def limited(tmp_path_factory, tiny_model_path, tiny_model_f16_path, lora_a_path)
     config = {
         "api_key": KEY, "max_loaded_models": 1, "idle_unload": 600, "max_body_bytes": 20000,
         "parallel": 2, "max_queue": 1,
-        "defaults": {"n_ctx": 128, "n_threads": 2},
+        "defaults": {"n_ctx": 128, "n_threads": N_THREADS},
         "models": [
             {"alias": "m32", "model": str(tiny_model_path)},
             {"alias": "m32-lora", "model": str(tiny_model_path), "lora_adapters": {str(lora_a_path): 1.0}},
@@ -39,13 +39,6 @@ def limited(tmp_path_factory, tiny_model_path, tiny_model_f16_path, lora_a_path)
 def complete(server, model, prompt="Hello", max_tokens=4, **kw):
     return server.post("/v1/completions", json={"model": model, "prompt": prompt, "max_tokens": max_tokens,
                                                 "temperature": 0, **kw})
-
-
-def assert_openai_error(resp, status):
-    assert resp.status_code == status, resp.text
-    err = resp.json()["error"]
-    assert set(err) == {"message", "type", "param", "code"} and err["message"]
-    return err
 
 
 def test_auth(limited):

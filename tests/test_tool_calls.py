@@ -3,6 +3,7 @@
 import json
 
 import pytest
+from helpers import N_THREADS
 
 from llamacore import Llama, tool_calls
 
@@ -40,7 +41,7 @@ def test_style_follows_template_markers(template, style):
 
 @pytest.mark.parametrize("style", ["hermes", "mistral", "llama3"])
 def test_forced_call_with_refs_parses(tiny_model_path, style):
-    llm = Llama(tiny_model_path, n_ctx=512, n_threads=2)
+    llm = Llama(tiny_model_path, n_ctx=512, n_threads=N_THREADS)
     grammar = tool_calls.forcing_grammar([ADDRESS_TOOL, PING_TOOL], style)
     out = llm("Call a tool:", max_tokens=200, temperature=0.8, seed=4, grammar=grammar)
     assert out["choices"][0]["finish_reason"] == "stop", out["choices"][0]["text"]
