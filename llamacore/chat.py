@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
-import time
+import dataclasses
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from llamacore import tool_calls
 from llamacore.chat_format import render_chat, resolve_template
-from llamacore.completion import new_id
+from llamacore.events import TextEvent
 from llamacore.json_grammar import JSON_GRAMMAR, schema_to_grammar
+from llamacore.responses import (
+    ChatStream,
+    ChoiceOutput,
+    CreateChatCompletionResponse,
+    CreateChatCompletionStreamResponse,
+    Envelope,
+    usage,
+)
+from llamacore.sampling import SamplingParams
 
 if TYPE_CHECKING:
     from llamacore._core import Model
@@ -100,8 +109,8 @@ def create_chat_completion(llm: Llama, messages: list[dict[str, Any]], *, tools:
                            temperature: float = 0.2, stream: bool = False, stop: str | list[str] | None = None,
                            response_format: dict | None = None, grammar: str | None = None,
                            logprobs: bool = False, top_logprobs: int | None = None,
-                           max_tokens: int | None = None, model: str | None = None,
-                           **sampling: Any) -> dict[str, Any] | Iterator[dict[str, Any]]:
+                           max_tokens: int | None = None, model: str | None = None, ignore_eos: bool = False,
+                           **sampling: Any) -> CreateChatCompletionResponse | Iterator[CreateChatCompletionStreamResponse]:
     if functions and not tools:
         tools = [{"type": "function", "function": f} for f in functions]
         tool_choice = ({"type": "function", "function": function_call} if isinstance(function_call, dict)
@@ -109,74 +118,31 @@ def create_chat_completion(llm: Llama, messages: list[dict[str, Any]], *, tools:
     tools, tool_grammar = tool_setup(llm.chat_template, tools, tool_choice)
     tokens, template_stops = prompt_tokens(llm.model, llm.chat_template, messages, tools)
     user_stops = [stop] if isinstance(stop, str) else list(stop or [])
-    completion = llm.create_completion(
-        tokens, max_tokens=max_tokens, temperature=temperature, stop=template_stops + user_stops,
-        stream=stream, grammar=grammar or tool_grammar or grammar_for(response_format),
-        logprobs=(top_logprobs or 0) if logprobs else None, model=model, **sampling,
-    )
-    name = model or llm.model_path
-    style = tool_calls.style_for(llm.chat_template)
+    params = llm._sampling_params(temperature=temperature, response_format=response_format,
+                                  grammar=grammar or tool_grammar, **_sampling_fields(sampling))
+    events, n_prompt = llm._completion_events(tokens, params, max_tokens=max_tokens,
+                                              stop=template_stops + user_stops, ignore_eos=ignore_eos,
+                                              logprobs=(top_logprobs or 0) if logprobs else None)
+    envelope = Envelope.new("chatcmpl", model or llm.model_path)
+    style = tool_calls.style_for(llm.chat_template) if tools else None
     if stream:
-        return _chat_chunks(completion, name, bool(tools), style)
-    choice = completion["choices"][0]
-    message: dict[str, Any] = {"role": "assistant", "content": choice["text"]}
-    finish = choice["finish_reason"]
-    if tools:
-        content, calls = tool_calls.parse(choice["text"], style)
-        if calls:
-            message = {"role": "assistant", "content": content, "tool_calls": calls}
-            finish = "tool_calls"
-    lp = choice["logprobs"]
-    return {
-        "id": new_id("chatcmpl"), "object": "chat.completion", "created": int(time.time()), "model": name,
-        "choices": [{"index": 0, "message": message, "logprobs": chat_logprobs(lp) if lp else None,
-                     "finish_reason": finish}],
-        "usage": completion["usage"],
-    }
+        return _chat_chunks(events, ChatStream(envelope, ChoiceOutput(), style))
+    output = ChoiceOutput()
+    for event in events:
+        output.add(event)
+    return envelope.chat([output.chat_choice(style)], usage(n_prompt, output.n_generated))
 
 
-def chat_logprobs(lp: dict[str, Any]) -> dict[str, Any]:
-    """Legacy completion logprobs -> chat `logprobs.content` entries."""
-    def item(text: str, value: float | None) -> dict[str, Any]:
-        return {"token": text, "logprob": value, "bytes": list(text.encode("utf-8"))}
-    return {"content": [{**item(t, v), "top_logprobs": [item(k, x) for k, x in top.items()]}
-                        for t, v, top in zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"])]}
+def _sampling_fields(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The sampling fields among completion keywords passed to a chat call (the rest are not used by chat)."""
+    known = {f.name for f in dataclasses.fields(SamplingParams)}
+    return {k: v for k, v in kwargs.items() if k in known}
 
 
-def _chat_chunks(chunks: Iterator[dict[str, Any]], name: str, buffer_tools: bool,
-                 style: str) -> Iterator[dict[str, Any]]:
-    """Completion chunks -> chat.completion.chunk objects (role first, then content deltas).
-
-    With tools, content is held until the end so a tool call can be returned as `tool_calls`.
-    """
-    cid, created = new_id("chatcmpl"), int(time.time())
-
-    def chunk(delta: dict[str, Any], finish: str | None, lp: dict | None = None) -> dict[str, Any]:
-        return {"id": cid, "object": "chat.completion.chunk", "created": created, "model": name,
-                "choices": [{"index": 0, "delta": delta, "logprobs": lp, "finish_reason": finish}]}
-
-    yield chunk({"role": "assistant", "content": ""}, None)
-    held = []
-    for c in chunks:
-        choice = c["choices"][0]
-        if choice["finish_reason"] is not None:
-            finish = choice["finish_reason"]
-            if buffer_tools:
-                content, calls = tool_calls.parse("".join(held), style)
-                if calls:
-                    if content:
-                        yield chunk({"content": content}, None)
-                    yield chunk({"tool_calls": [{"index": i, **call} for i, call in enumerate(calls)]}, None)
-                    finish = "tool_calls"
-                elif held:
-                    yield chunk({"content": "".join(held)}, None)
-            yield chunk({}, finish)
-            return
-        if buffer_tools:
-            held.append(choice["text"])
-        elif choice["text"] or choice["logprobs"]:
-            lp = chat_logprobs(choice["logprobs"]) if choice["logprobs"] else None
-            yield chunk({"content": choice["text"]}, None, lp)
+def _chat_chunks(events: Iterator[TextEvent], stream: ChatStream) -> Iterator[CreateChatCompletionStreamResponse]:
+    yield stream.start()
+    for event in events:
+        yield from stream.push(event)
 
 
-__all__ = ["chat_logprobs", "create_chat_completion", "grammar_for", "prompt_tokens", "resolve", "tool_setup"]
+__all__ = ["create_chat_completion", "grammar_for", "prompt_tokens", "resolve", "tool_setup"]

@@ -14,9 +14,10 @@ from typing import Any
 
 from llamacore import chat, embedding
 from llamacore._core import Batch, Context, LoraAdapter, Model, set_verbose
-from llamacore.completion import (
-    CompletionLogprobs, TokenLogprob, completion_chunk, completion_response, new_id,
-)
+from llamacore.events import Finished, FinishReason, Text, TextEvent
+from llamacore.logprobs import TokenLogprob
+from llamacore.prefix import AdapterKey, adapter_key, reusable_prefix
+from llamacore.responses import ChoiceOutput, CreateCompletionResponse, Envelope, completion_logprobs, usage
 from llamacore.sampling import SamplingParams
 from llamacore.text_stream import TextStream
 
@@ -140,8 +141,8 @@ class Llama:
         active = {self._adapters[p]: s for p, s in self._scales.items() if s != 0.0}
         self.ctx.set_adapters(active)
 
-    def _adapter_key(self) -> tuple:
-        return tuple(sorted((p, s) for p, s in self._scales.items() if s != 0.0))
+    def _adapter_key(self) -> AdapterKey:
+        return adapter_key(self._scales)
 
     # -- state -------------------------------------------------------------------------------
 
@@ -174,7 +175,7 @@ class Llama:
             self.ctx.kv_clear()
             self._cached = []
             self._cache_key = key
-        keep = 0 if logits_all else min(common_prefix(self._cached, tokens), len(tokens) - 1)
+        keep = 0 if logits_all else reusable_prefix(self._cached, tokens)
         if keep < len(self._cached) and not self.ctx.kv_remove(0, keep, -1):
             self.ctx.kv_clear()
             keep = 0
@@ -224,27 +225,51 @@ class Llama:
                           mirostat_tau: float = 5.0, mirostat_eta: float = 0.1, model: str | None = None,
                           logit_bias: dict[int, float] | None = None, grammar: str | None = None,
                           response_format: dict | None = None, ignore_eos: bool = False,
-                          **_ignored: Any) -> dict[str, Any] | Iterator[dict[str, Any]]:
+                          **_ignored: Any) -> CreateCompletionResponse | Iterator[CreateCompletionResponse]:
         """OpenAI-style text completion; `stream=True` returns an iterator of chunks."""
-        sampling = SamplingParams(
+        sampling = self._sampling_params(
             temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
             repeat_penalty=repeat_penalty, presence_penalty=presence_penalty,
             frequency_penalty=frequency_penalty, mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau,
-            mirostat_eta=mirostat_eta, seed=self.seed if seed is None else seed,
+            mirostat_eta=mirostat_eta, seed=seed, logit_bias=logit_bias, grammar=grammar,
+            response_format=response_format)
+        events, n_prompt = self._completion_events(prompt, sampling, suffix=suffix, max_tokens=max_tokens,
+                                                   logprobs=logprobs, echo=echo, stop=stop, ignore_eos=ignore_eos)
+        envelope = Envelope.new("cmpl", model or self.model_path)
+        if stream:
+            return self._stream_chunks(events, envelope)
+        output = ChoiceOutput()
+        for event in events:
+            output.add(event)
+        return envelope.completion([output.completion_choice()], usage(n_prompt, output.n_generated))
+
+    def _sampling_params(self, *, seed: int | None = None, logit_bias: dict[int, float] | None = None,
+                         grammar: str | None = None, response_format: dict | None = None,
+                         **fields: Any) -> SamplingParams:
+        """Checked sampling parameters; the model's seed when the call sets none."""
+        sampling = SamplingParams(
+            seed=self.seed if seed is None else seed,
             logit_bias={int(k): float(v) for k, v in (logit_bias or {}).items()},
-            grammar=grammar or chat.grammar_for(response_format),
-        )
+            grammar=grammar or chat.grammar_for(response_format), **fields)
         sampling.validate()
+        return sampling
+
+    def _completion_events(self, prompt: str | list[int], sampling: SamplingParams, *, suffix: str | None = None,
+                           max_tokens: int | None = 16, logprobs: int | None = None, echo: bool = False,
+                           stop: str | list[str] | None = None,
+                           ignore_eos: bool = False) -> tuple[Iterator[TextEvent], int]:
+        """Checked request -> (its Text events then one Finished, number of prompt tokens).
+
+        The prompt is checked before this returns, so a bad request raises even when the caller streams.
+        """
         tokens = self._prompt_tokens(prompt, suffix)
+        if len(tokens) > self.ctx.n_ctx:
+            raise ValueError(f"Requested tokens ({len(tokens)}) exceed context window of {self.ctx.n_ctx}")
         stops = [stop] if isinstance(stop, str) else list(stop or [])
         echo_text = None
         if echo:
             echo_text = prompt if isinstance(prompt, str) else self.model.detokenize(tokens, True).decode("utf-8", "replace")
-        events = self._run(tokens, sampling, max_tokens, stops, logprobs, echo_text, ignore_eos)
-        name = model or self.model_path
-        if stream:
-            return self._stream_chunks(events, name)
-        return self._collect(events, name, len(tokens))
+        return self._events(tokens, sampling, max_tokens, stops, logprobs, echo_text, ignore_eos), len(tokens)
 
     __call__ = create_completion
 
@@ -259,40 +284,38 @@ class Llama:
             return tokens or [self.model.token_bos]
         return self.model.tokenize(prompt, add_special=True, parse_special=False) or [self.model.token_bos]
 
-    def _run(self, tokens: list[int], sampling: SamplingParams, max_tokens: int | None, stops: list[str],
-             n_logprobs: int | None, echo_text: str | None, ignore_eos: bool) -> Iterator[tuple]:
-        """Yield ("text", delta, logprob_entry|None) events, then ("end", finish_reason, n_generated)."""
+    def _events(self, tokens: list[int], sampling: SamplingParams, max_tokens: int | None, stops: list[str],
+                n_logprobs: int | None, echo_text: str | None, ignore_eos: bool) -> Iterator[TextEvent]:
+        """Text events as text becomes safe to release, then one Finished."""
         room = self.ctx.n_ctx - len(tokens)
-        if room < 0 or len(tokens) > self.ctx.n_ctx:
-            raise ValueError(f"Requested tokens ({len(tokens)}) exceed context window of {self.ctx.n_ctx}")
         limit = room if max_tokens is None or max_tokens <= 0 else min(max_tokens, room)
         want_lp = n_logprobs is not None
         stream = TextStream(stops)
         if echo_text is not None:
             yield from self._echo(tokens, echo_text, n_logprobs)
-        n_out, finish = 0, "length"
+        n_out, finish = 0, FinishReason.LENGTH
         piece = self._piece_text
         for token in self.generate(tokens, sampling, max_tokens=limit, ignore_eos=ignore_eos) if limit > 0 else ():
             if not ignore_eos and self.model.is_eog(token):
-                finish = "stop"
+                finish = FinishReason.STOP
                 break
             n_out += 1
             entry = TokenLogprob.from_logits(self.ctx.logits(-1), token, n_logprobs, piece) if want_lp else None
             delta = stream.push(self.model.token_to_piece(token))
             if delta or entry is not None:
-                yield ("text", delta, entry)
+                yield Text(delta, entry)
             if stream.stopped:
-                finish = "stop"
+                finish = FinishReason.STOP
                 break
         tail = stream.finish()
         if tail:
-            yield ("text", tail, None)
-        yield ("end", finish, n_out)
+            yield Text(tail)
+        yield Finished(finish, n_out)
 
-    def _echo(self, tokens: list[int], text: str, n_logprobs: int | None) -> Iterator[tuple]:
+    def _echo(self, tokens: list[int], text: str, n_logprobs: int | None) -> Iterator[Text]:
         """The prompt as output text; with logprobs, one event per prompt token (first has none)."""
         if n_logprobs is None:
-            yield ("text", text, None)
+            yield Text(text)
             return
         rows = self.eval(tokens, logits_all=True)
         for i, token in enumerate(tokens):
@@ -300,38 +323,20 @@ class Llama:
                 entry = TokenLogprob(token, self._piece_text(token), None, [])
             else:
                 entry = TokenLogprob.from_logits(rows[i - 1], token, n_logprobs, self._piece_text)
-            yield ("text", self._piece_text(token), entry)
+            yield Text(self._piece_text(token), entry)
 
     def _piece_text(self, token: int) -> str:
         return self.model.token_to_piece(token).decode("utf-8", "replace")
 
-    def _collect(self, events: Iterator[tuple], name: str, n_prompt: int) -> dict[str, Any]:
-        text, lps, offset = [], None, 0
-        for kind, value, extra in events:
-            if kind == "end":
-                return completion_response(new_id("cmpl"), name, "".join(text), value,
-                                           lps.as_completion() if lps else None, n_prompt, extra)
-            if extra is not None:
-                lps = lps or CompletionLogprobs()
-                lps.add(extra, offset)
-            text.append(value)
-            offset += len(value)
-        raise RuntimeError("generation ended without a finish event")
-
-    def _stream_chunks(self, events: Iterator[tuple], name: str) -> Iterator[dict[str, Any]]:
-        cid = new_id("cmpl")
-        offset = 0
-        for kind, value, extra in events:
-            if kind == "end":
-                yield completion_chunk(cid, name, "", value)
+    def _stream_chunks(self, events: Iterator[TextEvent], envelope: Envelope) -> Iterator[CreateCompletionResponse]:
+        output = ChoiceOutput()
+        for event in events:
+            start = output.add(event)
+            if isinstance(event, Finished):
+                yield envelope.completion_chunk(0, "", event.reason)
                 return
-            lp = None
-            if extra is not None:
-                holder = CompletionLogprobs()
-                holder.add(extra, offset)
-                lp = holder.as_completion()
-            offset += len(value)
-            yield completion_chunk(cid, name, value, None, lp)
+            lp = completion_logprobs([event.logprob], [start]) if event.logprob is not None else None
+            yield envelope.completion_chunk(0, event.text, None, lp)
 
     # -- chat and embeddings -----------------------------------------------------------------
 
@@ -361,14 +366,6 @@ class Llama:
             raise ValueError("Llama model must be created with embedding=True to call this method")
         self.reset()
         return embedding.embed_all(self, input, normalize=normalize, truncate=truncate)
-
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
 
 
 def embedding_sequences(n_batch: int) -> int:

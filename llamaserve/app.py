@@ -17,7 +17,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from llamaserve.config import ServerConfig
-from llamaserve.errors import APIError
+from llamaserve.errors import KNOWN_ERRORS, APIError, api_error_for
 from llamaserve.metrics import Metrics
 from llamaserve.middleware import APIKeyAuth, RequestMetrics
 from llamaserve.openapi import openapi_schema
@@ -31,8 +31,8 @@ from llamaserve.shutdown import Drain, DrainMiddleware
 log = logging.getLogger("llamaserve")
 
 
-async def _api_error(request: Request, exc: APIError) -> Response:
-    return exc.response()
+async def _api_error(request: Request, exc: Exception) -> Response:
+    return api_error_for(exc).response()
 
 
 async def _http_error(request: Request, exc: HTTPException) -> Response:
@@ -79,7 +79,8 @@ def create_app(config: ServerConfig) -> Starlette:
                                      allow_methods=["GET", "POST", "OPTIONS"], allow_headers=["*"]))
     middleware.append(Middleware(APIKeyAuth, api_key=config.api_key))
     app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan,
-                    exception_handlers={APIError: _api_error, HTTPException: _http_error, Exception: _unexpected})
+                    exception_handlers={APIError: _api_error, **{cls: _api_error for cls in KNOWN_ERRORS},
+                                        HTTPException: _http_error, Exception: _unexpected})
     app.state.config = config
     app.state.registry = registry
     app.state.metrics = metrics

@@ -4,45 +4,36 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from llamacore.completion import CompletionLogprobs
+from llamacore.events import TextEvent
+from llamacore.prefix import AdapterKey
+from llamacore.responses import ChoiceOutput
 from llamacore.sampling import SamplingParams
-from llamaserve.engine import AdapterKey, Engine, EngineClosedError, QueueFullError
-from llamaserve.errors import APIError
-from llamaserve.generation import Finish, Generation, Piece, generate
+from llamaserve.aio import merge
+from llamaserve.engine import Engine
+from llamaserve.errors import APIError, api_error_for
+from llamaserve.generation import Generation, generate
 from llamaserve.metrics import Metrics
-from llamaserve.sse import merge
 
 
-@dataclass
-class Choice:
-    """One requested output and, as it runs, what it produced."""
+@dataclass(kw_only=True)
+class Choice(ChoiceOutput):
+    """One requested output: its prompt and sampling, and (as a ChoiceOutput) what it produced."""
 
-    index: int
     tokens: list[int]
     sampling: SamplingParams
-    text: list[str] = field(default_factory=list)
-    logprobs: CompletionLogprobs | None = None
-    finish: Finish | None = None
-    offset: int = 0
-
-    def record(self, piece: Piece) -> None:
-        if piece.logprob is not None:
-            self.logprobs = self.logprobs or CompletionLogprobs()
-            self.logprobs.add(piece.logprob, self.offset)
-        self.text.append(piece.text)
-        self.offset += len(piece.text)
 
 
 def run_choices(engine: Engine, choices: list[Choice], stack: AsyncExitStack, *, max_tokens: int | None,
                 adapters: AdapterKey, stops: list[str], n_logprobs: int | None, ignore_eos: bool,
-                metrics: Metrics, model_name: str) -> AsyncIterator[tuple[Choice, Piece | Finish]]:
-    """Every Piece/Finish of every choice as produced (choices decode together in the engine).
+                metrics: Metrics, model_name: str) -> AsyncIterator[tuple[Choice, TextEvent]]:
+    """Every Text/Finished event of every choice as produced (choices decode together in the engine).
 
-    Sampling parameters are checked and the choices submitted now (APIError 400/503), before a
-    streamed response has started. Closing ``stack`` cancels whatever is still running: a client
-    that leaves before the response body starts never runs the iterator's own cleanup.
+    Each event is also recorded in its Choice. Sampling parameters are checked and the choices
+    submitted now (APIError 400/503), before a streamed response has started. Closing ``stack``
+    cancels whatever is still running: a client that leaves before the response body starts never
+    runs the iterator's own cleanup.
     """
     if len(choices) > engine.capacity:     # a 503 would invite retries that can never succeed
         raise APIError(400, f"{len(choices)} completions (prompts x n) exceed what this model can run or "
@@ -76,23 +67,12 @@ def _cancel(gens: list[Generation]) -> None:
 def _as_api_errors() -> Iterator[None]:
     try:
         yield
-    except QueueFullError as exc:
-        raise APIError(503, f"{exc}; retry later", headers={"Retry-After": "1"}) from None
-    except EngineClosedError as exc:
-        raise APIError(503, str(exc), headers={"Retry-After": "1"}) from None
-    except ValueError as exc:
-        raise APIError(400, str(exc)) from None
-    except APIError:
-        raise
     except Exception as exc:
-        raise APIError(500, f"generation failed: {type(exc).__name__}: {exc}") from None
+        raise api_error_for(exc) from None
 
 
-async def _run(gens: list[Generation], choices: list[Choice]) -> AsyncIterator[tuple[Choice, Piece | Finish]]:
+async def _run(gens: list[Generation], choices: list[Choice]) -> AsyncIterator[tuple[Choice, TextEvent]]:
     with _as_api_errors():
-        async for i, item in merge(gens):
-            if isinstance(item, Finish):
-                choices[i].finish = item
-            else:
-                choices[i].record(item)
-            yield choices[i], item
+        async for i, event in merge(gens):
+            choices[i].add(event)
+            yield choices[i], event

@@ -1,13 +1,11 @@
-"""One loaded base model and its scheduler: continuous batching over the sequences of one context.
+"""One loaded base model executing its scheduler's plans: continuous batching over one context.
 
-A worker thread owns the llama.cpp context. Each step it builds one batch from every active
-sequence of one adapter group (a generated token each, plus prompt chunks up to n_batch),
-calls decode once with the GIL released, and samples each sequence with its own sampler chain.
-LoRA adapters apply to a whole context, so sequences with different adapter sets never share
-a decode: groups take turns (round robin) of up to `lora_steps_per_turn` steps each, so no
-group starves: a group with work waits at most (groups - 1) x lora_steps_per_turn steps. A turn
-is longer than one step because every adapter switch makes llama.cpp rebuild its compute
-graph reservation (milliseconds on a small model), which one-step turns would pay every step.
+`Engine` owns the model, its adapters, the context, the batch and each request's sampler, and
+one worker thread that runs the steps `llamaserve.scheduler.Scheduler` plans: admit (trim the
+KV of reused slots), apply the group's adapters, decode one batch with the GIL released,
+sample each finished row with its own sampler chain, feed the tokens back. The event loop only
+touches an inbox under a short lock in `submit()`; grammar compilation (building a request's
+sampler) and KV work happen on the worker thread, outside that lock.
 
 The KV cache is unified by default: one pool of n_ctx x parallel cells that every sequence
 draws from, each sequence held to n_ctx tokens here. With per-sequence caches llama.cpp must
@@ -17,59 +15,21 @@ what a LoRA group's subset of the slots usually is.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-from llamacore import Batch, Context, LoraAdapter, Model
-from llamacore.completion import TokenLogprob
-from llamacore.llama import common_prefix
-from llamacore.sampling import SamplingParams
+from llamacore import Batch, Context, LoraAdapter, Model, Sampler
+from llamacore.events import Failed, Finished
+from llamacore.logprobs import TokenLogprob
+from llamacore.prefix import AdapterKey
+from llamaserve.errors import EngineClosedError, QueueFullError
+from llamaserve.scheduler import Emitted, GenRequest, Sampled, Scheduler, StepPlan
 
 log = logging.getLogger("llamaserve.engine")
-
-AdapterKey = tuple[tuple[str, float], ...]     # ((adapter path, scale), ...) with scale != 0, sorted
-
-
-class QueueFullError(Exception):
-    """The model's queue is at max_queue; the client should retry later."""
-
-
-class EngineClosedError(Exception):
-    """The model was unloaded while the request waited or ran."""
-
-
-@dataclass(eq=False)
-class GenRequest:
-    """A generation job; the engine reports through `emit(kind, value, extra)` from its thread."""
-
-    tokens: list[int]
-    sampling: SamplingParams
-    max_tokens: int
-    adapters: AdapterKey
-    emit: Callable[[str, Any, Any], None]
-    n_logprobs: int | None = None
-    ignore_eos: bool = False
-    cancelled: bool = False
-
-    def cancel(self) -> None:
-        self.cancelled = True
-
-
-@dataclass(eq=False)
-class _Slot:
-    seq: int
-    cached: list[int] = field(default_factory=list)    # tokens whose KV is in this sequence
-    adapters: AdapterKey = ()
-    req: GenRequest | None = None
-    sampler: Any = None
-    pending: list[int] = field(default_factory=list)   # tokens still to decode
-    generated: int = 0
-    out_index: int = -1                                # batch row of this slot's output, or -1
 
 
 class Engine:
@@ -77,7 +37,8 @@ class Engine:
 
     def __init__(self, model_path: str, adapter_paths: list[str], *, parallel: int = 4, max_queue: int = 64,
                  n_ctx: int = 2048, lora_steps_per_turn: int = 8, kv_unified: bool = True,
-                 model_kwargs: dict[str, Any] | None = None, context_kwargs: dict[str, Any] | None = None) -> None:
+                 seed: int | None = None, model_kwargs: dict[str, Any] | None = None,
+                 context_kwargs: dict[str, Any] | None = None) -> None:
         if lora_steps_per_turn < 1:
             raise ValueError(f"lora_steps_per_turn must be at least 1, got {lora_steps_per_turn}")
         self.model = Model(model_path, **(model_kwargs or {}))
@@ -85,36 +46,41 @@ class Engine:
         self.adapters = {os.fspath(p): LoraAdapter(self.model, p) for p in adapter_paths}
         self.ctx = Context(self.model, n_ctx=n_ctx * parallel, n_seq_max=parallel, kv_unified=kv_unified,
                            **(context_kwargs or {}))
-        self.n_ctx = min(n_ctx, self.ctx.n_ctx_seq)     # tokens one sequence may hold
+        self.n_ctx_seq = min(n_ctx, self.ctx.n_ctx_seq)     # tokens one sequence may hold
         self.max_queue = max_queue
-        self.lora_steps_per_turn = lora_steps_per_turn
-        self._slots = [_Slot(seq) for seq in range(parallel)]
-        self._queue: deque[GenRequest] = deque()
+        self.seed = seed                                     # sampling seed of requests that set none
+        self.scheduler = Scheduler(parallel, n_batch=self.ctx.n_batch, n_ctx_seq=self.n_ctx_seq,
+                                   lora_steps_per_turn=lora_steps_per_turn)
+        self._name = os.path.basename(model_path)
+        self._samplers: dict[GenRequest, Sampler] = {}
+        self._inbox: deque[GenRequest] = deque()
         self._cond = threading.Condition()
+        self._unfinished = 0                 # submitted requests not yet finished (queued or running)
         self._closed = False
-        self._groups: deque[AdapterKey] = deque()      # round-robin order of adapter groups
-        self._turn: AdapterKey | None = None           # the group whose turn it is
-        self._turn_steps = 0                           # steps that group has had in this turn
         self._applied: AdapterKey | None = None
-        self.steps = 0
-        self._thread = threading.Thread(target=self._loop, name=f"engine:{os.path.basename(model_path)}",
-                                        daemon=True)
-        self._thread.start()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> Engine:
+        """Start the worker thread (once); returns the engine."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name=f"engine:{self._name}", daemon=True)
+            self._thread.start()
+        return self
 
     # -- public, called from the event loop --------------------------------------------------
 
     @property
     def active(self) -> int:
-        return sum(1 for s in self._slots if s.req is not None)
+        return sum(1 for s in self.scheduler.slots if s.req is not None)
 
     @property
     def queued(self) -> int:
-        return len(self._queue)
+        return max(0, self._unfinished - self.active)
 
     @property
     def capacity(self) -> int:
         """The most sequences one request can have running or queued at once."""
-        return len(self._slots) + self.max_queue
+        return len(self.scheduler.slots) + self.max_queue
 
     def memory_bytes(self) -> int:
         """Weights plus the KV cache (an estimate of what unloading frees)."""
@@ -126,15 +92,15 @@ class Engine:
         for path, _ in req.adapters:
             if path not in self.adapters:
                 raise ValueError(f"adapter {path} is not loaded on this model")
-        if len(req.tokens) >= self.n_ctx:
-            raise ValueError(f"prompt has {len(req.tokens)} tokens; the context holds {self.n_ctx}")
+        if len(req.tokens) >= self.n_ctx_seq:
+            raise ValueError(f"prompt has {len(req.tokens)} tokens; the context holds {self.n_ctx_seq}")
         with self._cond:
             if self._closed:
                 raise EngineClosedError("model is unloading")
-            free = sum(1 for s in self._slots if s.req is None)
-            if len(self._queue) >= self.max_queue + free:
+            if self._unfinished >= self.capacity:
                 raise QueueFullError(f"queue is full ({self.max_queue} waiting)")
-            self._queue.append(req)
+            self._unfinished += 1
+            self._inbox.append(req)
             self._cond.notify()
 
     def close(self) -> None:
@@ -142,10 +108,13 @@ class Engine:
         with self._cond:
             self._closed = True
             self._cond.notify()
-        self._thread.join()
-        for req in [*self._queue, *(s.req for s in self._slots if s.req)]:
-            req.emit("error", EngineClosedError("model was unloaded"), None)
-        self._queue.clear()
+            inbox = list(self._inbox)
+            self._inbox.clear()
+        if self._thread is not None:
+            self._thread.join()
+        error = EngineClosedError("model was unloaded")
+        self._emit([(req, Failed(error)) for req in inbox] + self.scheduler.close(error))
+        self._samplers.clear()
         self.ctx = None
         self.adapters = {}
         self.model = None
@@ -156,139 +125,96 @@ class Engine:
         batch = Batch(self.ctx.n_batch, n_seq_max=1)
         while True:
             with self._cond:
-                while not self._closed and not self._queue and not self.active:
+                while not self._closed and not self._inbox and not self._unfinished:
                     self._cond.wait()
                 if self._closed:
                     return
-                try:
-                    self._admit()
-                except Exception as exc:
-                    self._fail_running(exc)
+                arrived = list(self._inbox)
+                self._inbox.clear()
             try:
-                self._reap_cancelled()
-                if self.active:
-                    self._step(batch)
+                self._accept(arrived)
+                self._admit()
+                plan = self.scheduler.schedule()
+                if plan is not None:
+                    self._step(plan, batch)
             except Exception as exc:
                 self._fail_running(exc)
+
+    def _accept(self, arrived: list[GenRequest]) -> None:
+        """Build each new request's sampler (a grammar compiles here) and queue it for a slot."""
+        for req in arrived:
+            sampling = req.sampling
+            if sampling.seed is None and self.seed is not None:
+                sampling = dataclasses.replace(sampling, seed=self.seed)
+            try:
+                self._samplers[req] = sampling.build(self.model)
+            except Exception as exc:     # a bad request fails alone; the worker thread must live on
+                self._emit([(req, Failed(exc))])
+                continue
+            self.scheduler.add(req)
+
+    def _admit(self) -> None:
+        admitted, events = self.scheduler.admit()
+        self._emit(events)
+        for a in admitted:
+            if not self.ctx.kv_remove(a.slot.seq, a.keep, -1):
+                self.ctx.kv_remove(a.slot.seq, 0, -1)      # removing a whole sequence always works
+                self.scheduler.forget_cache(a.slot)
 
     def _fail_running(self, exc: Exception) -> None:
         """An unexpected error ends the running requests, not the worker: a dead worker hangs them all."""
         log.exception("engine step failed; ending %d running requests", self.active)
         self._applied = None            # adapter state unknown: apply again on the next step
-        for slot in self._slots:
+        for slot in self.scheduler.slots:
             self.ctx.kv_remove(slot.seq, 0, -1)
-            slot.cached.clear()
-            if slot.req is not None:
-                self._finish(slot, "error", exc)
+        self._emit(self.scheduler.fail(self.scheduler.slots, exc))
 
-    def _admit(self) -> None:
-        """Move queued requests into free slots, preferring the slot with the longest reusable prefix."""
-        while self._queue:
-            free = [s for s in self._slots if s.req is None]
-            if not free:
-                return
-            req = self._queue.popleft()
-            if req.cancelled:
-                req.emit("end", "cancelled", 0)
-                continue
-            try:
-                sampler = req.sampling.build(self.model)
-            except Exception as exc:     # a bad request fails alone; the worker thread must live on
-                req.emit("error", exc, 0)
-                continue
-            best = max(free, key=lambda s: common_prefix(s.cached, req.tokens) if s.adapters == req.adapters else -1)
-            keep = common_prefix(best.cached, req.tokens) if best.adapters == req.adapters else 0
-            keep = min(keep, len(req.tokens) - 1)
-            if not self.ctx.kv_remove(best.seq, keep, -1):
-                self.ctx.kv_remove(best.seq, 0, -1)      # removing a whole sequence always works
-                keep = 0
-            del best.cached[keep:]
-            best.adapters = req.adapters
-            best.req = req
-            best.sampler = sampler
-            best.pending = list(req.tokens[keep:])
-            best.generated = 0
-            if req.adapters not in self._groups:
-                self._groups.append(req.adapters)
-
-    def _reap_cancelled(self) -> None:
-        for slot in self._slots:
-            if slot.req is not None and slot.req.cancelled:
-                self._finish(slot, "end", "cancelled")
-
-    def _next_group(self) -> AdapterKey:
-        live = {s.req.adapters for s in self._slots if s.req is not None}
-        if self._turn in live and self._turn_steps < self.lora_steps_per_turn:
-            self._turn_steps += 1
-            return self._turn
-        while self._groups[0] not in live:
-            self._groups.popleft()
-        self._turn, self._turn_steps = self._groups[0], 1
-        self._groups.rotate(-1)
-        return self._turn
-
-    def _apply(self, group: AdapterKey) -> None:
-        if group != self._applied:
-            self.ctx.set_adapters({self.adapters[p]: s for p, s in group})
-            self._applied = group
-
-    def _step(self, batch: Batch) -> None:
-        group = self._next_group()
-        self._apply(group)
+    def _step(self, plan: StepPlan, batch: Batch) -> None:
+        if plan.group != self._applied:
+            self.ctx.set_adapters({self.adapters[p]: s for p, s in plan.group})
+            self._applied = plan.group
         batch.clear()
-        budget = self.ctx.n_batch
-        slots = [s for s in self._slots if s.req is not None and s.req.adapters == group]
-        # Generating sequences first (one token each), then prompt chunks with what is left.
-        slots.sort(key=lambda s: len(s.pending) > 1)
-        for slot in slots:
-            slot.out_index = -1
-            if budget == 0:
-                continue
-            take = slot.pending[:budget]
-            pos = len(slot.cached)
-            batch.add_sequence(take, pos, slot.seq, logits_last=len(take) == len(slot.pending))
-            if len(take) == len(slot.pending):
-                slot.out_index = batch.n_tokens - 1
-            slot.cached.extend(take)
-            del slot.pending[:len(take)]
-            budget -= len(take)
+        out_index = []
+        for row in plan.rows:
+            batch.add_sequence(row.tokens, row.pos, row.slot.seq, logits_last=row.sample)
+            if row.sample:
+                out_index.append(batch.n_tokens - 1)
         try:
             self.ctx.decode(batch)
         except Exception as exc:        # a failed decode ends the requests in it, not the server
-            for slot in slots:
-                self.ctx.kv_remove(slot.seq, 0, -1)
-                slot.cached.clear()
-                self._finish(slot, "error", exc)
+            for row in plan.rows:
+                self.ctx.kv_remove(row.slot.seq, 0, -1)
+            self._emit(self.scheduler.fail([r.slot for r in plan.rows], exc))
             return
-        self.steps += 1
-        for slot in slots:
-            if slot.out_index >= 0:
-                try:
-                    self._sample(slot)
-                except Exception as exc:
-                    self._finish(slot, "error", exc)
+        sampled: list[Sampled | BaseException] = []
+        for row, index in zip(plan.sample, out_index):
+            try:
+                sampled.append(self._sample(row.slot.req, index))
+            except Exception as exc:
+                sampled.append(exc)
+        self._emit(self.scheduler.on_sampled(plan, sampled))
 
-    def _sample(self, slot: _Slot) -> None:
-        req = slot.req
-        token = slot.sampler.sample(self.ctx, slot.out_index)
+    def _sample(self, req: GenRequest, index: int) -> Sampled:
+        token = self._samplers[req].sample(self.ctx, index)
         entry = None
         if req.n_logprobs is not None:
-            entry = TokenLogprob.from_logits(self.ctx.logits(slot.out_index), token, req.n_logprobs,
-                                             lambda t: self.model.token_to_piece(t).decode("utf-8", "replace"))
-        slot.generated += 1
-        if not req.ignore_eos and self.model.is_eog(token):
-            self._finish(slot, "end", "stop")
-            return
-        req.emit("token", token, entry)
-        if slot.generated >= req.max_tokens or len(slot.cached) + 1 >= self.n_ctx:
-            self._finish(slot, "end", "length")
-        else:
-            slot.pending = [token]
+            entry = TokenLogprob.from_logits(self.ctx.logits(index), token, req.n_logprobs, self._piece_text)
+        return Sampled(token, self.model.is_eog(token), entry)
 
-    def _finish(self, slot: _Slot, kind: str, value: Any) -> None:
-        req = slot.req
-        slot.req = None
-        slot.sampler = None
-        slot.pending = []
-        slot.out_index = -1
-        req.emit(kind, value, slot.generated)
+    def _piece_text(self, token: int) -> str:
+        return self.model.token_to_piece(token).decode("utf-8", "replace")
+
+    def _emit(self, events: Emitted) -> None:
+        """Deliver events; a request's final event releases its sampler and its place in the queue."""
+        ended = 0
+        for req, event in events:
+            if isinstance(event, (Finished, Failed)):
+                self._samplers.pop(req, None)
+                ended += 1
+            req.emit(event)
+        if ended:
+            with self._cond:
+                self._unfinished -= ended
+
+
+__all__ = ["Engine"]

@@ -1,4 +1,9 @@
-"""OpenAI-shaped error responses: {"error": {"message", "type", "param", "code"}}."""
+"""The server's exceptions, OpenAI-shaped error responses, and the one table from exception to HTTP status.
+
+Every part of the server raises what it means (a full queue, an unknown model, a failed load);
+`api_error_for` alone decides which status and body a client gets for it, whether the error
+surfaces in a route, in a streamed response or in the application's last-resort handler.
+"""
 
 from __future__ import annotations
 
@@ -22,3 +27,48 @@ class APIError(Exception):
 
     def response(self) -> JSONResponse:
         return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
+
+
+class QueueFullError(Exception):
+    """The model's queue is at max_queue; the client should retry later."""
+
+
+class EngineClosedError(Exception):
+    """The model was unloaded while the request waited or ran."""
+
+
+class UnknownModelError(LookupError):
+    def __init__(self, name: str, available: list[str]) -> None:
+        super().__init__(f"The model '{name}' does not exist. Available models: {', '.join(available)}")
+        self.name = name
+
+
+class ModelLoadError(RuntimeError):
+    """Loading failed; the message says why. The server stays up."""
+
+
+class CapacityError(RuntimeError):
+    """No room to load a model: everything loaded is busy."""
+
+
+# Raised by the registry and engines; the application answers each with `api_error_for`.
+KNOWN_ERRORS = (QueueFullError, EngineClosedError, CapacityError, UnknownModelError, ModelLoadError)
+
+
+def api_error_for(exc: BaseException, *, param: str | None = None) -> APIError:
+    """The API error a client gets for `exc` (`param`: the request field it concerns, if known)."""
+    if isinstance(exc, APIError):
+        return exc
+    if isinstance(exc, QueueFullError):
+        return APIError(503, f"{exc}; retry later", headers={"Retry-After": "1"})
+    if isinstance(exc, EngineClosedError):
+        return APIError(503, str(exc), headers={"Retry-After": "1"})
+    if isinstance(exc, CapacityError):
+        return APIError(503, str(exc), headers={"Retry-After": "2"})
+    if isinstance(exc, UnknownModelError):
+        return APIError(404, str(exc), param=param or "model", code="model_not_found")
+    if isinstance(exc, ModelLoadError):
+        return APIError(500, str(exc), code="model_load_failed")
+    if isinstance(exc, ValueError):
+        return APIError(400, str(exc), param=param)
+    return APIError(500, f"generation failed: {type(exc).__name__}: {exc}")

@@ -10,98 +10,86 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from typing import Any
 
-from llamacore.completion import TokenLogprob
+from llamacore.events import EngineEvent, Failed, Finished, FinishReason, Text, TextEvent, Token
+from llamacore.prefix import AdapterKey
 from llamacore.sampling import SamplingParams
 from llamacore.text_stream import TextStream
-from llamaserve.engine import AdapterKey, Engine, GenRequest
+from llamaserve.engine import Engine
 from llamaserve.metrics import Metrics
+from llamaserve.scheduler import GenRequest
 
 
-@dataclass
-class Piece:
-    """Newly releasable text, with the log-probability entry of the token that produced it."""
-
-    text: str
-    logprob: TokenLogprob | None = None
-
-
-@dataclass
-class Finish:
-    reason: str                 # "stop" | "length"
-    completion_tokens: int
-
-
-def generate(engine: Engine, tokens: list[int], sampling: SamplingParams, *, max_tokens: int,
+def generate(engine: Engine, tokens: list[int], sampling: SamplingParams, *, max_tokens: int | None,
              adapters: AdapterKey, stops: list[str], n_logprobs: int | None, ignore_eos: bool,
              metrics: Metrics, model_name: str) -> Generation:
-    """Submit the request to the engine now, and return the Pieces as text becomes safe to send, then one Finish.
+    """Submit the request to the engine now, and return its Text events as text becomes safe to send, then one Finished.
 
     Submitting before the first iteration lets a full queue (QueueFullError) or a bad request
     (ValueError) fail before a streamed response has sent its 200 headers. Iterate the result, or
     cancel() it if it will never be iterated: a started iteration frees the sequence when it ends.
+    A generation that fails raises its error from the iteration.
     """
     loop = asyncio.get_running_loop()
-    events: asyncio.Queue[tuple[str, Any, Any]] = asyncio.Queue()
+    events: asyncio.Queue[EngineEvent] = asyncio.Queue()
 
-    def emit(kind: str, value: Any, extra: Any) -> None:
-        loop.call_soon_threadsafe(events.put_nowait, (kind, value, extra))
+    def emit(event: EngineEvent) -> None:
+        loop.call_soon_threadsafe(events.put_nowait, event)
 
-    room = engine.n_ctx - len(tokens)
+    room = engine.n_ctx_seq - len(tokens)
     limit = room if max_tokens is None or max_tokens <= 0 else min(max_tokens, room)
     req = GenRequest(tokens, sampling, limit, adapters, emit, n_logprobs=n_logprobs, ignore_eos=ignore_eos)
     submitted = time.monotonic()
     engine.submit(req)
-    return Generation(req, _pieces(engine, req, events, submitted, len(tokens), stops, metrics, model_name))
+    return Generation(req, _texts(engine, req, events, submitted, len(tokens), stops, metrics, model_name))
 
 
 class Generation:
-    """A submitted generation: an async iterator of its Pieces and Finish."""
+    """A submitted generation: an async iterator of its Text events and Finished."""
 
-    def __init__(self, req: GenRequest, pieces: AsyncIterator[Piece | Finish]) -> None:
-        self.req, self.pieces = req, pieces
+    def __init__(self, req: GenRequest, events: AsyncIterator[TextEvent]) -> None:
+        self.req, self.events = req, events
 
-    def __aiter__(self) -> AsyncIterator[Piece | Finish]:
-        return self.pieces
+    def __aiter__(self) -> AsyncIterator[TextEvent]:
+        return self.events
 
     async def aclose(self) -> None:
-        await self.pieces.aclose()
+        await self.events.aclose()
 
     def cancel(self) -> None:
         self.req.cancel()
 
 
-async def _pieces(engine: Engine, req: GenRequest, events: asyncio.Queue, started: float, n_prompt: int,
-                  stops: list[str], metrics: Metrics, model_name: str) -> AsyncIterator[Piece | Finish]:
+async def _texts(engine: Engine, req: GenRequest, events: asyncio.Queue[EngineEvent], started: float,
+                 n_prompt: int, stops: list[str], metrics: Metrics, model_name: str) -> AsyncIterator[TextEvent]:
     stream = TextStream(stops)
     first, count, finished = None, 0, False
     try:
         while True:
-            kind, value, extra = await events.get()
-            if kind == "token":
+            event = await events.get()
+            if isinstance(event, Token):
                 count += 1
                 if first is None:
                     first = time.monotonic()
                     metrics.ttft.labels(model_name).observe(first - started)
-                text = stream.push(engine.model.token_to_piece(value))
-                if text or extra is not None:
-                    yield Piece(text, extra)
+                text = stream.push(engine.model.token_to_piece(event.id))
+                if text or event.logprob is not None:
+                    yield Text(text, event.logprob)
                 if stream.stopped:
-                    req.cancel()
+                    req.cancel()             # the engine reports "cancelled" to nobody: this side has its answer
                     finished = True
-                    yield Finish("stop", count)
+                    yield Finished(FinishReason.STOP, count)
                     return
-            elif kind == "end":
+            elif isinstance(event, Finished):
                 tail = stream.finish()
                 if tail:
-                    yield Piece(tail)
+                    yield Text(tail)
                 finished = True
-                yield Finish("stop" if value == "stop" else "length", count)
+                yield event
                 return
             else:
-                raise value
+                assert isinstance(event, Failed)
+                raise event.error
     finally:
         req.cancel()                 # no-op when finished; frees the sequence when the client left
         if not finished:

@@ -19,29 +19,13 @@ from typing import Any
 
 from llamacore import Llama
 from llamacore.chat_format import resolve_template
+from llamacore.options import CONTEXT_KEYS, MODEL_KEYS
 from llamaserve.config import ModelEntry, ServerConfig
 from llamaserve.engine import Engine
+from llamaserve.errors import CapacityError, ModelLoadError, UnknownModelError
 from llamaserve.metrics import Metrics
 
 log = logging.getLogger("llamaserve.registry")
-
-MODEL_KEYS = {"n_gpu_layers", "main_gpu", "split_mode", "tensor_split", "use_mmap", "use_mlock", "kv_overrides"}
-CONTEXT_KEYS = {"n_batch", "n_ubatch", "n_threads", "n_threads_batch", "flash_attn", "type_k", "type_v",
-                "offload_kqv", "rope_freq_base", "rope_freq_scale"}
-
-
-class UnknownModelError(LookupError):
-    def __init__(self, name: str, available: list[str]) -> None:
-        super().__init__(f"The model '{name}' does not exist. Available models: {', '.join(available)}")
-        self.name = name
-
-
-class ModelLoadError(RuntimeError):
-    """Loading failed; the message says why. The server stays up."""
-
-
-class CapacityError(RuntimeError):
-    """No room to load a model: everything loaded is busy."""
 
 
 @dataclass(eq=False)
@@ -55,7 +39,6 @@ class Loaded:
     embed_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     in_use: int = 0
     last_used: float = field(default_factory=time.monotonic)
-    loaded_at: float = field(default_factory=time.time)
     load_seconds: float = 0.0
     templates: dict[str, str] = field(default_factory=dict)
 
@@ -153,8 +136,8 @@ class Registry:
         entry = siblings[0]
         params: dict[str, Any] = dict(entry.load)
         loaded = Loaded(key=key, entries=siblings)
-        if params.get("embedding"):
-            params.pop("embedding")
+        if params.pop("embedding", False):
+            # every load key but seed (config rejects it for embedding entries) is a Llama keyword
             loaded.embedder = Llama(entry.model, embedding=True, **params)
             return loaded
         adapters = sorted({os.fspath(p) for e in siblings for p, _ in e.lora_adapters})
@@ -165,9 +148,10 @@ class Registry:
             lora_steps_per_turn=_either(entry.lora_steps_per_turn, self.config.lora_steps_per_turn),
             kv_unified=_either(entry.kv_unified, self.config.kv_unified),
             n_ctx=params.get("n_ctx", 2048),
+            seed=params.get("seed"),     # config rejects pooling_type for generation entries
             model_kwargs={k: v for k, v in params.items() if k in MODEL_KEYS},
             context_kwargs={k: v for k, v in params.items() if k in CONTEXT_KEYS},
-        )
+        ).start()
         return loaded
 
     async def _make_room(self, entry: ModelEntry) -> None:

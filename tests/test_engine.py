@@ -6,8 +6,12 @@ import time
 
 import pytest
 
+from helpers import N_THREADS
+from llamacore.events import Failed, Finished, FinishReason, Token
 from llamacore.sampling import SamplingParams
-from llamaserve.engine import Engine, GenRequest, QueueFullError
+from llamaserve.engine import Engine
+from llamaserve.errors import QueueFullError
+from llamaserve.scheduler import GenRequest
 
 GREEDY = SamplingParams(temperature=0)
 
@@ -21,12 +25,15 @@ class Recorder:
         self.lock = threading.Lock()
 
     def request(self, name, tokens, max_tokens, adapters=(), **kw):
-        def emit(kind, value, extra):
+        def emit(event):
             with self.lock:
-                if kind == "token":
+                if isinstance(event, Token):
                     self.events.append(name)
+                elif isinstance(event, Finished):
+                    self.done[name] = ("end", event.reason)
                 else:
-                    self.done[name] = (kind, value)
+                    assert isinstance(event, Failed)
+                    self.done[name] = ("error", event.error)
         return GenRequest(tokens, GREEDY, max_tokens, adapters, emit, **kw)
 
     def wait(self, names, timeout=60):
@@ -42,7 +49,7 @@ class Recorder:
 @pytest.fixture(scope="module")
 def engine(tiny_model_path, lora_a_path, lora_b_path):
     e = Engine(str(tiny_model_path), [str(lora_a_path), str(lora_b_path)], parallel=4, max_queue=2, n_ctx=256,
-               context_kwargs={"n_threads": 2, "n_batch": 64, "n_ubatch": 64})
+               context_kwargs={"n_threads": N_THREADS, "n_batch": 64, "n_ubatch": 64}).start()
     yield e
     e.close()
 
@@ -55,7 +62,7 @@ def _runs(order: str) -> list[str]:
 @pytest.mark.parametrize("turn", [1, 3, 8])
 def test_adapter_groups_take_turns(tiny_model_path, lora_a_path, lora_b_path, turn):
     engine = Engine(str(tiny_model_path), [str(lora_a_path), str(lora_b_path)], parallel=4, n_ctx=256,
-                    lora_steps_per_turn=turn, context_kwargs={"n_threads": 2})
+                    lora_steps_per_turn=turn, context_kwargs={"n_threads": N_THREADS}).start()
     try:
         rec = Recorder()
         a, b = ((str(lora_a_path), 1.0),), ((str(lora_b_path), 1.0),)
@@ -93,7 +100,7 @@ def test_cancel_frees_the_slot_within_a_step(engine):
         time.sleep(0.001)
     req.cancel()
     rec.wait(["c"], timeout=5)
-    assert rec.done["c"] == ("end", "cancelled")
+    assert rec.done["c"] == ("end", FinishReason.CANCELLED)
     assert engine.active == 0 and len(rec.events) < 200
 
 
@@ -101,8 +108,8 @@ def test_context_overflow_ends_with_length(engine):
     rec = Recorder()
     engine.submit(rec.request("o", [1] + [42] * 240, 1000, ignore_eos=True))
     rec.wait(["o"])
-    assert rec.done["o"] == ("end", "length")
-    assert 240 + len(rec.events) < engine.n_ctx + 1
+    assert rec.done["o"] == ("end", FinishReason.LENGTH)
+    assert 240 + len(rec.events) < engine.n_ctx_seq + 1
 
 
 def test_queue_bound(engine):
@@ -126,7 +133,7 @@ def test_prompt_too_long_is_refused(engine):
 
 def test_unexpected_step_error_ends_running_requests_and_engine_serves_on(engine, monkeypatch):
     """Fault injection in our own scheduler code: the worker thread must survive it."""
-    original, calls = engine._next_group, []
+    original, calls = engine.scheduler.schedule, []
 
     def fail_once():
         calls.append(1)
@@ -135,12 +142,12 @@ def test_unexpected_step_error_ends_running_requests_and_engine_serves_on(engine
         return original()
 
     rec = Recorder()
-    monkeypatch.setattr(engine, "_next_group", fail_once)
+    monkeypatch.setattr(engine.scheduler, "schedule", fail_once)
     engine.submit(rec.request("hit", [1, 5, 6], 8))
     rec.wait(["hit"])
     kind, value = rec.done["hit"]
     assert kind == "error" and "injected scheduler fault" in str(value)
     engine.submit(rec.request("after", [1, 5, 6], 8))
     rec.wait(["after"])
-    assert rec.done["after"] == ("end", "length") and rec.events.count("after") == 8
+    assert rec.done["after"] == ("end", FinishReason.LENGTH) and rec.events.count("after") == 8
     assert engine.active == 0

@@ -2,21 +2,26 @@
 
 from __future__ import annotations
 
-import time
 from contextlib import AsyncExitStack
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from llamacore.chat import grammar_for
-from llamacore.completion import new_id, usage
+from llamacore.events import Finished
+from llamacore.responses import CreateCompletionResponse, Envelope, completion_logprobs, usage
 from llamaserve.choices import Choice, run_choices
 from llamaserve.errors import APIError
-from llamaserve.generation import Finish
-from llamaserve.routes.requests import acquire_engine, adapter_key, check_prompt_fits, parse_body
+from llamaserve.routes.requests import (
+    Prepared,
+    acquire_engine,
+    check_prompt_fits,
+    entry_adapters,
+    parse_body,
+    respond,
+)
 from llamaserve.schemas import CompletionRequest
-from llamaserve.sse import sse_response
 
 
 def _prompts(body: CompletionRequest, model) -> list[list[int]]:
@@ -51,59 +56,42 @@ async def completions(request: Request) -> Response:
         grammar = grammar_for(body.response_format)
     except ValueError as exc:
         raise APIError(400, str(exc)) from None
-    stack = AsyncExitStack()
-    streaming = False
-    try:
+
+    async def prepare(stack: AsyncExitStack) -> Prepared:
         entry, loaded = await acquire_engine(stack, state.registry, body.model)
-        engine, name = loaded.engine, body.model or entry.alias
+        engine = loaded.engine
         prompts = _prompts(body, engine.model)
         for tokens in prompts:
-            check_prompt_fits(len(tokens), engine.n_ctx)
-        choices = [Choice(i * body.n + j, tokens, body.sampling(grammar, j))
+            check_prompt_fits(len(tokens), engine.n_ctx_seq)
+        choices = [Choice(index=i * body.n + j, tokens=tokens, sampling=body.sampling(grammar, j))
                    for i, tokens in enumerate(prompts) for j in range(body.n)]
         echo = {c.index: engine.model.detokenize(c.tokens, True).decode("utf-8", "replace") if body.echo else ""
                 for c in choices}
-        events = run_choices(engine, choices, stack, max_tokens=body.max_tokens, adapters=adapter_key(entry),
+        events = run_choices(engine, choices, stack, max_tokens=body.max_tokens, adapters=entry_adapters(entry),
                              stops=stops, n_logprobs=body.logprobs, ignore_eos=body.ignore_eos,
                              metrics=state.metrics, model_name=entry.alias)
         n_prompt = sum(len(t) for t in prompts)
-        cid, created = new_id("cmpl"), int(time.time())
-        if body.stream:
-            include_usage = bool(body.stream_options and body.stream_options.include_usage)
-            streaming = True
-            return sse_response(_stream(events, choices, echo, cid, created, name, n_prompt, include_usage),
-                                release=stack.aclose)
-        async for _ in events:
-            pass
-    finally:
-        if not streaming:
-            await stack.aclose()
-    return JSONResponse({
-        "id": cid, "object": "text_completion", "created": created, "model": name,
-        "choices": [{"index": c.index, "text": echo[c.index] + "".join(c.text),
-                     "logprobs": c.logprobs.as_completion() if c.logprobs else None,
-                     "finish_reason": c.finish.reason} for c in choices],
-        "usage": usage(n_prompt, sum(c.finish.completion_tokens for c in choices)),
-    })
+        envelope = Envelope.new("cmpl", body.model or entry.alias)
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
 
+        def result() -> CreateCompletionResponse:
+            return envelope.completion([c.completion_choice(echo[c.index]) for c in choices],
+                                       usage(n_prompt, sum(c.n_generated for c in choices)))
 
-async def _stream(events, choices, echo, cid, created, name, n_prompt, include_usage):
-    def chunk(index: int, text: str, finish: str | None, logprobs: dict | None = None) -> dict[str, Any]:
-        return {"id": cid, "object": "text_completion", "created": created, "model": name,
-                "choices": [{"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish}]}
-    for c in choices:
-        if echo[c.index]:
-            yield chunk(c.index, echo[c.index], None)
-    async for choice, item in events:
-        if isinstance(item, Finish):
-            yield chunk(choice.index, "", item.reason)
-        else:
-            lp = None
-            if item.logprob is not None:
-                lp = {"tokens": [item.logprob.text], "text_offset": [choice.offset - len(item.text)],
-                      "token_logprobs": [item.logprob.logprob],
-                      "top_logprobs": [{t: v for _, t, v in item.logprob.top}]}
-            yield chunk(choice.index, item.text, None, lp)
-    if include_usage:
-        yield {"id": cid, "object": "text_completion", "created": created, "model": name, "choices": [],
-               "usage": usage(n_prompt, sum(c.finish.completion_tokens for c in choices if c.finish))}
+        async def chunks() -> Any:
+            for c in choices:
+                if echo[c.index]:
+                    yield envelope.completion_chunk(c.index, echo[c.index])
+            async for choice, event in events:
+                if isinstance(event, Finished):
+                    yield envelope.completion_chunk(choice.index, "", event.reason)
+                else:
+                    lp = None
+                    if event.logprob is not None:
+                        lp = completion_logprobs([event.logprob], [choice.length - len(event.text)])
+                    yield envelope.completion_chunk(choice.index, event.text, None, lp)
+            if include_usage:
+                yield envelope.completion_usage_chunk(usage(n_prompt, sum(c.n_generated for c in choices)))
+        return events, chunks, result
+
+    return await respond(body.stream, prepare)

@@ -7,8 +7,7 @@ import time
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from llamaserve.errors import APIError
-from llamaserve.registry import ModelLoadError, UnknownModelError
+from llamaserve.errors import APIError, UnknownModelError, api_error_for
 
 
 async def list_models(request: Request) -> Response:
@@ -34,7 +33,7 @@ def _entry(request: Request):
     try:
         return request.app.state.registry.entry(request.path_params["alias"])
     except UnknownModelError as exc:
-        raise APIError(404, str(exc), param="alias", code="model_not_found") from None
+        raise api_error_for(exc, param="alias") from None
 
 
 async def admin_models(request: Request) -> Response:
@@ -60,10 +59,7 @@ async def admin_models(request: Request) -> Response:
 
 async def admin_load(request: Request) -> Response:
     entry = _entry(request)
-    try:
-        loaded = await request.app.state.registry.load(entry)
-    except ModelLoadError as exc:
-        raise APIError(500, str(exc), code="model_load_failed") from None
+    loaded = await request.app.state.registry.load(entry)
     return JSONResponse({"alias": entry.alias, "state": "loaded", "load_seconds": round(loaded.load_seconds, 3)})
 
 

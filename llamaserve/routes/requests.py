@@ -1,17 +1,21 @@
-"""Reading a request: JSON body into a schema, model lookup, shared validation -> APIError."""
+"""Reading a request (JSON body into a schema, model lookup, shared validation) and answering it."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
 
-from llamaserve.engine import AdapterKey
+from llamacore.prefix import AdapterKey, adapter_key
+from llamaserve.config import ModelEntry
 from llamaserve.errors import APIError
-from llamaserve.registry import CapacityError, Loaded, ModelLoadError, Registry, UnknownModelError
+from llamaserve.registry import Loaded, Registry
+from llamaserve.sse import sse_response
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -41,22 +45,18 @@ async def parse_body(request: Request, schema: type[T]) -> T:
         raise APIError(400, f"{param}: {first['msg']}" if param else first["msg"], param=param) from None
 
 
-async def acquire(stack: AsyncExitStack, registry: Registry, name: str | None):
-    """(entry, loaded base) for a request, pinned until `stack` closes."""
-    try:
-        entry = registry.entry(name)
-    except UnknownModelError as exc:
-        raise APIError(404, str(exc), param="model", code="model_not_found") from None
-    try:
-        loaded: Loaded = await stack.enter_async_context(registry.use(entry))
-    except ModelLoadError as exc:
-        raise APIError(500, str(exc), code="model_load_failed") from None
-    except CapacityError as exc:
-        raise APIError(503, str(exc), headers={"Retry-After": "2"}) from None
+async def acquire(stack: AsyncExitStack, registry: Registry, name: str | None) -> tuple[ModelEntry, Loaded]:
+    """(entry, loaded base) for a request, pinned until `stack` closes.
+
+    An unknown model, a failed load or no room to load raise the registry's errors, which the
+    application answers through `api_error_for`.
+    """
+    entry = registry.entry(name)
+    loaded: Loaded = await stack.enter_async_context(registry.use(entry))
     return entry, loaded
 
 
-async def acquire_engine(stack: AsyncExitStack, registry: Registry, name: str | None):
+async def acquire_engine(stack: AsyncExitStack, registry: Registry, name: str | None) -> tuple[ModelEntry, Loaded]:
     """(entry, loaded base) of a generation model, pinned until `stack` closes."""
     entry, loaded = await acquire(stack, registry, name)
     if loaded.engine is None:
@@ -64,8 +64,8 @@ async def acquire_engine(stack: AsyncExitStack, registry: Registry, name: str | 
     return entry, loaded
 
 
-def adapter_key(entry) -> AdapterKey:
-    return tuple(sorted((str(p), float(s)) for p, s in entry.lora_adapters if s != 0.0))
+def entry_adapters(entry: ModelEntry) -> AdapterKey:
+    return adapter_key(entry.lora_adapters)
 
 
 def check_prompt_fits(n_tokens: int, n_ctx: int) -> None:
@@ -73,3 +73,28 @@ def check_prompt_fits(n_tokens: int, n_ctx: int) -> None:
         raise APIError(400, f"This model's maximum context length is {n_ctx} tokens, but the prompt has "
                             f"{n_tokens} tokens. Please shorten the prompt.", param="messages",
                        code="context_length_exceeded")
+
+
+Prepared = tuple[AsyncIterator[Any], Callable[[], AsyncIterator[dict[str, Any]]], Callable[[], dict[str, Any]]]
+
+
+async def respond(stream: bool, prepare: Callable[[AsyncExitStack], Awaitable[Prepared]]) -> Response:
+    """Run a generation route: `prepare(stack)` pins the model and submits the work, returning
+    (events, make_chunks, make_result).
+
+    Streamed, the SSE response takes over `stack` and closes it when the stream ends or the client
+    leaves; otherwise the events are drained and the stack closed here, before the JSON is built.
+    """
+    stack = AsyncExitStack()
+    handed_over = False
+    try:
+        events, make_chunks, make_result = await prepare(stack)
+        if stream:
+            handed_over = True
+            return sse_response(make_chunks(), release=stack.aclose)
+        async for _ in events:
+            pass
+    finally:
+        if not handed_over:
+            await stack.aclose()
+    return JSONResponse(make_result())

@@ -1,0 +1,61 @@
+"""Typed generation events, shared by `Llama`'s loop and the server's engine.
+
+A generation produces `Token`s (ids, from the engine's thread) or `Text` (detokenized, safe to
+send), and ends with exactly one `Finished` or `Failed`. The finish reason is an enum, so a
+cancelled generation is reported as cancelled and can never pass for "length".
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Union
+
+if TYPE_CHECKING:
+    from llamacore.logprobs import TokenLogprob
+
+
+class FinishReason(str, enum.Enum):
+    """Why a generation ended; the values are OpenAI's `finish_reason` strings where OpenAI has one."""
+
+    STOP = "stop"                # end-of-generation token or a stop string
+    LENGTH = "length"            # max_tokens or the context is full
+    TOOL_CALLS = "tool_calls"    # the text parsed as tool calls
+    CANCELLED = "cancelled"      # the listener asked to stop (client gone, stop string seen by the frontend)
+    ERROR = "error"              # llama.cpp or the engine failed
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Token:
+    """One sampled token id (and its log-probabilities when they were asked for)."""
+
+    id: int
+    logprob: TokenLogprob | None = None
+
+
+@dataclass(frozen=True)
+class Text:
+    """Newly releasable text, with the log-probability entry of the token that produced it."""
+
+    text: str
+    logprob: TokenLogprob | None = None
+
+
+@dataclass(frozen=True)
+class Finished:
+    reason: FinishReason
+    n_generated: int
+
+
+@dataclass(frozen=True)
+class Failed:
+    error: BaseException
+
+
+EngineEvent = Union[Token, Finished, Failed]
+TextEvent = Union[Text, Finished]
+
+__all__ = ["EngineEvent", "Failed", "FinishReason", "Finished", "Text", "TextEvent", "Token"]

@@ -1,0 +1,303 @@
+"""OpenAI's completion, chat, chunk and logprob shapes: the one place that builds them.
+
+`Llama` and every llamaserve route build their results here, so the library and the server
+answer alike. The TypedDicts carry the names of llama-cpp-python's `llama_types`. A
+`ChoiceOutput` gathers what one choice produced (text, logprob entries with their offsets, the
+finish); `ChatStream` turns a choice's events into chat deltas, holding content back while
+tools are offered so that a tool call comes out as `tool_calls`.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Literal, Optional, TypedDict
+
+from llamacore import tool_calls
+from llamacore.events import Finished, FinishReason, Text
+from llamacore.logprobs import TokenLogprob
+
+# -- shapes ------------------------------------------------------------------------------------
+
+
+class CompletionUsage(TypedDict):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class CompletionLogprobs(TypedDict):
+    text_offset: list[int]
+    token_logprobs: list[Optional[float]]
+    tokens: list[str]
+    top_logprobs: list[Optional[dict[str, float]]]
+
+
+class CompletionChoice(TypedDict):
+    text: str
+    index: int
+    logprobs: Optional[CompletionLogprobs]
+    finish_reason: Optional[str]
+
+
+class _CompletionBase(TypedDict):
+    id: str
+    object: Literal["text_completion"]
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+
+
+class CreateCompletionResponse(_CompletionBase, total=False):
+    usage: CompletionUsage
+
+
+CreateCompletionStreamResponse = CreateCompletionResponse
+
+
+class ChatCompletionTopLogprobToken(TypedDict):
+    token: str
+    logprob: Optional[float]
+    bytes: Optional[list[int]]
+
+
+class ChatCompletionLogprobToken(ChatCompletionTopLogprobToken):
+    top_logprobs: list[ChatCompletionTopLogprobToken]
+
+
+class ChatCompletionLogprobs(TypedDict):
+    content: Optional[list[ChatCompletionLogprobToken]]
+
+
+class ChatCompletionMessageToolCall(TypedDict):
+    id: str
+    type: Literal["function"]
+    function: dict[str, str]
+
+
+class ChatCompletionMessageToolCallChunk(ChatCompletionMessageToolCall):
+    index: int
+
+
+class ChatCompletionResponseMessage(TypedDict, total=False):
+    role: Literal["assistant"]
+    content: Optional[str]
+    tool_calls: list[ChatCompletionMessageToolCall]
+
+
+class ChatCompletionResponseChoice(TypedDict):
+    index: int
+    message: ChatCompletionResponseMessage
+    logprobs: Optional[ChatCompletionLogprobs]
+    finish_reason: Optional[str]
+
+
+class CreateChatCompletionResponse(TypedDict):
+    id: str
+    object: Literal["chat.completion"]
+    created: int
+    model: str
+    choices: list[ChatCompletionResponseChoice]
+    usage: CompletionUsage
+
+
+class ChatCompletionStreamResponseDelta(TypedDict, total=False):
+    role: Literal["assistant"]
+    content: Optional[str]
+    tool_calls: list[ChatCompletionMessageToolCallChunk]
+
+
+class ChatCompletionStreamResponseChoice(TypedDict):
+    index: int
+    delta: ChatCompletionStreamResponseDelta
+    logprobs: Optional[ChatCompletionLogprobs]
+    finish_reason: Optional[str]
+
+
+class _ChatChunkBase(TypedDict):
+    id: str
+    object: Literal["chat.completion.chunk"]
+    created: int
+    model: str
+    choices: list[ChatCompletionStreamResponseChoice]
+
+
+class CreateChatCompletionStreamResponse(_ChatChunkBase, total=False):
+    usage: CompletionUsage
+
+
+# -- builders ----------------------------------------------------------------------------------
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> CompletionUsage:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+def completion_logprobs(entries: list[TokenLogprob], offsets: list[int]) -> CompletionLogprobs:
+    return {
+        "tokens": [e.text for e in entries],
+        "text_offset": list(offsets),
+        "token_logprobs": [e.logprob for e in entries],
+        "top_logprobs": [{t: lp for _, t, lp in e.top} for e in entries],
+    }
+
+
+def chat_logprobs(entries: list[TokenLogprob]) -> ChatCompletionLogprobs:
+    def item(text: str, lp: float | None) -> ChatCompletionTopLogprobToken:
+        return {"token": text, "logprob": lp, "bytes": list(text.encode("utf-8"))}
+    return {"content": [{**item(e.text, e.logprob), "top_logprobs": [item(t, lp) for _, t, lp in e.top]}
+                        for e in entries]}
+
+
+@dataclass
+class Envelope:
+    """What every object of one response shares: its id, creation time and model name."""
+
+    id: str
+    model: str
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    @classmethod
+    def new(cls, prefix: str, model: str) -> Envelope:
+        return cls(new_id(prefix), model)
+
+    def completion(self, choices: list[CompletionChoice], usage: CompletionUsage) -> CreateCompletionResponse:
+        return {"id": self.id, "object": "text_completion", "created": self.created, "model": self.model,
+                "choices": choices, "usage": usage}
+
+    def completion_chunk(self, index: int, text: str, finish: FinishReason | None = None,
+                         logprobs: CompletionLogprobs | None = None) -> CreateCompletionStreamResponse:
+        return {"id": self.id, "object": "text_completion", "created": self.created, "model": self.model,
+                "choices": [{"text": text, "index": index, "logprobs": logprobs,
+                             "finish_reason": _reason(finish)}]}
+
+    def completion_usage_chunk(self, usage: CompletionUsage) -> CreateCompletionStreamResponse:
+        return {"id": self.id, "object": "text_completion", "created": self.created, "model": self.model,
+                "choices": [], "usage": usage}
+
+    def chat(self, choices: list[ChatCompletionResponseChoice], usage: CompletionUsage) -> CreateChatCompletionResponse:
+        return {"id": self.id, "object": "chat.completion", "created": self.created, "model": self.model,
+                "choices": choices, "usage": usage}
+
+    def chat_chunk(self, index: int, delta: ChatCompletionStreamResponseDelta, finish: FinishReason | None = None,
+                   logprobs: ChatCompletionLogprobs | None = None) -> CreateChatCompletionStreamResponse:
+        return {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
+                "choices": [{"index": index, "delta": delta, "logprobs": logprobs,
+                             "finish_reason": _reason(finish)}]}
+
+    def chat_usage_chunk(self, usage: CompletionUsage) -> CreateChatCompletionStreamResponse:
+        return {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
+                "choices": [], "usage": usage}
+
+
+def _reason(finish: FinishReason | None) -> str | None:
+    return None if finish is None else FinishReason(finish).value
+
+
+@dataclass
+class ChoiceOutput:
+    """What one choice has produced so far: text parts, logprob entries at their offsets, the finish."""
+
+    index: int = 0
+    parts: list[str] = field(default_factory=list)
+    entries: list[TokenLogprob] = field(default_factory=list)
+    offsets: list[int] = field(default_factory=list)
+    finish: Finished | None = None
+    length: int = 0
+
+    def add(self, event: Text | Finished) -> int:
+        """Record an event; returns the text offset at which a Text event's text starts."""
+        if isinstance(event, Finished):
+            self.finish = event
+            return self.length
+        start = self.length
+        if event.logprob is not None:
+            self.entries.append(event.logprob)
+            self.offsets.append(start)
+        self.parts.append(event.text)
+        self.length += len(event.text)
+        return start
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+    @property
+    def n_generated(self) -> int:
+        return self.finish.n_generated if self.finish else 0
+
+    def completion_choice(self, prefix: str = "") -> CompletionChoice:
+        """This choice in a `text_completion` (`prefix`: the echoed prompt)."""
+        lp = completion_logprobs(self.entries, self.offsets) if self.entries else None
+        return {"text": prefix + self.text, "index": self.index, "logprobs": lp,
+                "finish_reason": _reason(self.finish.reason if self.finish else None)}
+
+    def chat_choice(self, tool_style: str | None) -> ChatCompletionResponseChoice:
+        """This choice in a `chat.completion`; with a `tool_style`, text that parses as calls becomes tool_calls."""
+        message, finish = assistant_message(self.text, self.finish.reason if self.finish else None, tool_style)
+        return {"index": self.index, "message": message,
+                "logprobs": chat_logprobs(self.entries) if self.entries else None,
+                "finish_reason": _reason(finish)}
+
+
+def assistant_message(text: str, finish: FinishReason | None,
+                      tool_style: str | None) -> tuple[ChatCompletionResponseMessage, FinishReason | None]:
+    """The assistant message for generated text and its finish reason (tool_calls when calls parsed)."""
+    if tool_style is not None:
+        content, calls = tool_calls.parse(text, tool_style)
+        if calls:
+            return {"role": "assistant", "content": content, "tool_calls": calls}, FinishReason.TOOL_CALLS
+    return {"role": "assistant", "content": text}, finish
+
+
+class ChatStream:
+    """Chat chunks of one choice: the role first, then content deltas, then the finish.
+
+    With tools offered (`tool_style` set), content is held until the end so that text which
+    parses as tool calls is sent as one `tool_calls` delta instead of as content.
+    """
+
+    def __init__(self, envelope: Envelope, output: ChoiceOutput, tool_style: str | None) -> None:
+        self.envelope, self.output, self.tool_style = envelope, output, tool_style
+
+    def start(self) -> CreateChatCompletionStreamResponse:
+        return self.envelope.chat_chunk(self.output.index, {"role": "assistant", "content": ""})
+
+    def push(self, event: Text | Finished) -> list[CreateChatCompletionStreamResponse]:
+        """Record `event` in the output and return the chunks it releases."""
+        self.output.add(event)
+        return self.chunks(event)
+
+    def chunks(self, event: Text | Finished) -> list[CreateChatCompletionStreamResponse]:
+        """The chunks an event releases, once the output has recorded it."""
+        index, chunk = self.output.index, self.envelope.chat_chunk
+        if isinstance(event, Text):
+            if self.tool_style is not None or not (event.text or event.logprob is not None):
+                return []
+            lp = chat_logprobs([event.logprob]) if event.logprob is not None else None
+            return [chunk(index, {"content": event.text}, None, lp)]
+        if self.tool_style is None:
+            return [chunk(index, {}, event.reason)]
+        message, finish = assistant_message(self.output.text, event.reason, self.tool_style)
+        out = []
+        if message.get("content"):
+            out.append(chunk(index, {"content": message["content"]}))
+        if "tool_calls" in message:
+            calls = [{"index": i, **call} for i, call in enumerate(message["tool_calls"])]
+            out.append(chunk(index, {"tool_calls": calls}))    # type: ignore[typeddict-item]
+        out.append(chunk(index, {}, finish))
+        return out
+
+
+__all__ = [
+    "ChatCompletionLogprobs", "ChatStream", "ChoiceOutput", "CompletionChoice", "CompletionLogprobs",
+    "CompletionUsage", "CreateChatCompletionResponse", "CreateChatCompletionStreamResponse",
+    "CreateCompletionResponse", "CreateCompletionStreamResponse", "Envelope", "assistant_message",
+    "chat_logprobs", "completion_logprobs", "new_id", "usage",
+]

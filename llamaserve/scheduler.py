@@ -1,0 +1,248 @@
+"""Scheduling policy for one base model: slots, the waiting queue, adapter-group turns, batch packing.
+
+Pure Python with no llama.cpp in it, so the policy is tested in milliseconds without a model;
+`llamaserve.engine` executes what it plans. One step is:
+
+    admissions = scheduler.admit()        # waiting requests into free slots (+ KV trims to do)
+    plan = scheduler.schedule()           # which rows one llama_decode carries
+    ...decode, sample the rows with plan.sample...
+    events = scheduler.on_sampled(plan, sampled)
+
+Each slot is a sequence of the context with an explicit state: IDLE (free; its KV may still
+hold a previous prompt worth reusing), PREFILLING (prompt tokens left to decode, in chunks of
+what the token budget allows), GENERATING (one sampled token to feed back each step), FINISHED
+(its request ended this step; released at the next admit).
+
+LoRA adapters apply to a whole context, so sequences with different adapter sets never share a
+decode: groups take turns (round robin) of up to `lora_steps_per_turn` steps each, so a group
+with work waits at most (groups - 1) x lora_steps_per_turn steps. Within a step, generating
+sequences go first (one token each), then prompt chunks with what is left of `n_batch`.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from llamacore.events import EngineEvent, Failed, Finished, FinishReason, Token
+from llamacore.prefix import AdapterKey, common_prefix, reusable_prefix
+
+if TYPE_CHECKING:
+    from llamacore.logprobs import TokenLogprob
+    from llamacore.sampling import SamplingParams
+
+@dataclass(eq=False)
+class GenRequest:
+    """A generation job; the engine reports its events through `emit` from its own thread."""
+
+    tokens: list[int]
+    sampling: SamplingParams
+    max_tokens: int
+    adapters: AdapterKey
+    emit: Callable[[EngineEvent], None]
+    n_logprobs: int | None = None
+    ignore_eos: bool = False
+    cancelled: bool = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class SlotState(enum.Enum):
+    IDLE = "idle"
+    PREFILLING = "prefilling"
+    GENERATING = "generating"
+    FINISHED = "finished"
+
+
+@dataclass(eq=False)
+class Slot:
+    seq: int
+    state: SlotState = SlotState.IDLE
+    cached: list[int] = field(default_factory=list)    # tokens whose KV is in this sequence
+    adapters: AdapterKey = ()                          # the adapter set `cached` was computed with
+    req: GenRequest | None = None
+    pending: list[int] = field(default_factory=list)   # prompt left to decode, or the token to feed back
+    generated: int = 0
+
+
+@dataclass(frozen=True)
+class Admission:
+    """A request placed in a slot; the executor trims the slot's KV to `keep` tokens."""
+
+    slot: Slot
+    req: GenRequest
+    keep: int
+
+
+@dataclass(frozen=True)
+class Row:
+    """Tokens of one sequence in a batch; `sample` when the last one's logits are sampled."""
+
+    slot: Slot
+    tokens: list[int]
+    pos: int
+    sample: bool
+
+
+@dataclass
+class StepPlan:
+    group: AdapterKey
+    rows: list[Row]
+
+    @property
+    def sample(self) -> list[Row]:
+        return [r for r in self.rows if r.sample]
+
+
+@dataclass(frozen=True)
+class Sampled:
+    """What the executor sampled for one row of `StepPlan.sample`."""
+
+    token: int
+    eog: bool                          # an end-of-generation token of the model
+    logprob: TokenLogprob | None = None
+
+
+Emitted = list[tuple[GenRequest, EngineEvent]]
+
+
+class Scheduler:
+    """Slots, waiting requests and the policy that packs them into decode steps."""
+
+    def __init__(self, n_slots: int, *, n_batch: int, n_ctx_seq: int, lora_steps_per_turn: int = 8) -> None:
+        if lora_steps_per_turn < 1:
+            raise ValueError(f"lora_steps_per_turn must be at least 1, got {lora_steps_per_turn}")
+        self.slots = [Slot(seq) for seq in range(n_slots)]
+        self.waiting: deque[GenRequest] = deque()
+        self.n_batch = n_batch
+        self.n_ctx_seq = n_ctx_seq
+        self.lora_steps_per_turn = lora_steps_per_turn
+        self._groups: deque[AdapterKey] = deque()      # round-robin order of adapter groups
+        self._turn: AdapterKey | None = None           # the group whose turn it is
+        self._turn_steps = 0                           # steps that group has had in this turn
+
+    @property
+    def running(self) -> list[Slot]:
+        return [s for s in self.slots if s.state in (SlotState.PREFILLING, SlotState.GENERATING)]
+
+    def add(self, req: GenRequest) -> None:
+        self.waiting.append(req)
+
+    def admit(self) -> tuple[list[Admission], Emitted]:
+        """Release finished slots, end cancelled requests, and move waiting requests into free slots.
+
+        A request takes the free slot with the longest reusable prefix computed with its adapter set.
+        """
+        events: Emitted = []
+        for slot in self.slots:
+            if slot.state is SlotState.FINISHED:
+                slot.state = SlotState.IDLE
+            elif slot.req is not None and slot.req.cancelled:
+                events.append(self._finish(slot, Finished(FinishReason.CANCELLED, slot.generated)))
+                slot.state = SlotState.IDLE
+        admitted: list[Admission] = []
+        while self.waiting:
+            free = [s for s in self.slots if s.state is SlotState.IDLE]
+            if not free:
+                break
+            req = self.waiting.popleft()
+            if req.cancelled:
+                events.append((req, Finished(FinishReason.CANCELLED, 0)))
+                continue
+            slot = max(free, key=lambda s: common_prefix(s.cached, req.tokens) if s.adapters == req.adapters else -1)
+            keep = reusable_prefix(slot.cached, req.tokens) if slot.adapters == req.adapters else 0
+            del slot.cached[keep:]
+            slot.adapters, slot.req, slot.generated = req.adapters, req, 0
+            slot.pending = list(req.tokens[keep:])
+            slot.state = SlotState.PREFILLING
+            if req.adapters not in self._groups:
+                self._groups.append(req.adapters)
+            admitted.append(Admission(slot, req, keep))
+        return admitted, events
+
+    def forget_cache(self, slot: Slot) -> None:
+        """The executor could not trim the slot's KV and cleared it: decode the whole prompt."""
+        if slot.req is not None and slot.state is SlotState.PREFILLING:
+            slot.pending = list(slot.req.tokens)
+        slot.cached.clear()
+
+    def schedule(self) -> StepPlan | None:
+        """The next decode step: one adapter group's rows within the token budget, or None if idle."""
+        running = self.running
+        if not running:
+            return None
+        group = self._next_group({s.adapters for s in running})
+        slots = [s for s in running if s.adapters == group]
+        slots.sort(key=lambda s: s.state is SlotState.PREFILLING)     # generating first: one token each
+        budget, rows = self.n_batch, []
+        for slot in slots:
+            if budget == 0:
+                break
+            take = slot.pending[:budget]
+            rows.append(Row(slot, take, len(slot.cached), sample=len(take) == len(slot.pending)))
+            slot.cached.extend(take)
+            del slot.pending[:len(take)]
+            budget -= len(take)
+        return StepPlan(group, rows)
+
+    def _next_group(self, live: set[AdapterKey]) -> AdapterKey:
+        if self._turn in live and self._turn_steps < self.lora_steps_per_turn:
+            self._turn_steps += 1
+            return self._turn
+        while self._groups[0] not in live:
+            self._groups.popleft()
+        self._turn, self._turn_steps = self._groups[0], 1
+        self._groups.rotate(-1)
+        return self._turn
+
+    def on_sampled(self, plan: StepPlan, sampled: list[Sampled | BaseException]) -> Emitted:
+        """Feed back one sampled token per row of `plan.sample` (or the error sampling raised)."""
+        events: Emitted = []
+        for row, result in zip(plan.sample, sampled):
+            slot, req = row.slot, row.slot.req
+            if req is None:
+                continue
+            if isinstance(result, BaseException):
+                events.append(self._finish(slot, Failed(result)))
+                continue
+            if result.eog and not req.ignore_eos:        # the end-of-generation token is not output
+                events.append(self._finish(slot, Finished(FinishReason.STOP, slot.generated)))
+                continue
+            slot.generated += 1
+            events.append((req, Token(result.token, result.logprob)))
+            if slot.generated >= req.max_tokens or len(slot.cached) + 1 >= self.n_ctx_seq:
+                events.append(self._finish(slot, Finished(FinishReason.LENGTH, slot.generated)))
+            else:
+                slot.pending = [result.token]
+                slot.state = SlotState.GENERATING
+        return events
+
+    def fail(self, slots: list[Slot], error: BaseException) -> Emitted:
+        """End the requests of `slots` with `error`; their KV is gone (the executor cleared it)."""
+        events: Emitted = []
+        for slot in slots:
+            slot.cached.clear()
+            if slot.req is not None:
+                events.append(self._finish(slot, Failed(error)))
+        return events
+
+    def close(self, error: BaseException) -> Emitted:
+        """End every waiting and running request with `error`."""
+        events = [(req, Failed(error)) for req in self.waiting]
+        self.waiting.clear()
+        for slot in self.slots:
+            if slot.req is not None:
+                events.append(self._finish(slot, Failed(error)))
+        return events
+
+    def _finish(self, slot: Slot, event: EngineEvent) -> tuple[GenRequest, EngineEvent]:
+        req = slot.req
+        assert req is not None
+        slot.req = None
+        slot.pending = []
+        slot.state = SlotState.FINISHED
+        return req, event

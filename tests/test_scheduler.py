@@ -1,0 +1,258 @@
+"""The scheduling policy without a model: fairness, packing, chunked prefill, prefix reuse, cancellation.
+
+The "executor" here is a loop that samples a fixed token for every row, so each test runs in
+milliseconds and checks the plans themselves.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from llamacore.events import Failed, Finished, FinishReason, Token
+from llamaserve.scheduler import GenRequest, Sampled, Scheduler, SlotState
+
+A = (("a.gguf", 1.0),)
+B = (("b.gguf", 1.0),)
+EOG = 2
+
+
+class Log:
+    """Collects the events of every request, by name."""
+
+    def __init__(self) -> None:
+        self.tokens: list[str] = []
+        self.end: dict[str, object] = {}
+
+    def request(self, name: str, tokens: list[int], max_tokens: int = 4, adapters=(), **kw) -> GenRequest:
+        def emit(event) -> None:
+            raise AssertionError("the scheduler returns events; it never emits them itself")
+        req = GenRequest(list(tokens), None, max_tokens, adapters, emit, **kw)
+        req.name = name
+        return req
+
+    def record(self, events) -> None:
+        for req, event in events:
+            if isinstance(event, Token):
+                self.tokens.append(req.name)
+            else:
+                assert req.name not in self.end, f"{req.name} ended twice"
+                self.end[req.name] = event
+
+
+def step(sched: Scheduler, log: Log, token: int = 7) -> list:
+    """One executor step; returns the plan's rows as (name, n_tokens, pos, sample)."""
+    _, events = sched.admit()
+    log.record(events)
+    plan = sched.schedule()
+    if plan is None:
+        return []
+    rows = [(r.slot.req.name, len(r.tokens), r.pos, r.sample) for r in plan.rows]
+    log.record(sched.on_sampled(plan, [Sampled(token, token == EOG) for _ in plan.sample]))
+    return rows
+
+
+def run(sched: Scheduler, log: Log, steps: int = 1000) -> None:
+    for _ in range(steps):
+        step(sched, log)
+        if not sched.running and not sched.waiting:
+            return
+    raise AssertionError("requests did not finish")
+
+
+def test_prompt_is_decoded_then_one_token_per_step():
+    sched, log = Scheduler(2, n_batch=64, n_ctx_seq=128), Log()
+    sched.add(log.request("r", [1, 2, 3, 4], max_tokens=3))
+    assert step(sched, log) == [("r", 4, 0, True)]
+    assert sched.slots[0].state is SlotState.GENERATING
+    assert step(sched, log) == [("r", 1, 4, True)]
+    assert step(sched, log) == [("r", 1, 5, True)]
+    assert log.end["r"] == Finished(FinishReason.LENGTH, 3)
+    assert log.tokens == ["r"] * 3
+    assert sched.slots[0].state is SlotState.FINISHED
+    sched.admit()
+    assert sched.slots[0].state is SlotState.IDLE
+
+
+def test_long_prompt_is_chunked_and_generation_goes_first():
+    sched, log = Scheduler(2, n_batch=8, n_ctx_seq=128), Log()
+    sched.add(log.request("short", [1, 2], max_tokens=10))
+    step(sched, log)
+    sched.add(log.request("long", list(range(10, 30)), max_tokens=1))      # 20 tokens: chunks of 7, 7, 6
+    rows = [step(sched, log) for _ in range(3)]
+    assert rows[0] == [("short", 1, 2, True), ("long", 7, 0, False)]
+    assert rows[1] == [("short", 1, 3, True), ("long", 7, 7, False)]
+    assert rows[2] == [("short", 1, 4, True), ("long", 6, 14, True)]
+    assert log.end["long"] == Finished(FinishReason.LENGTH, 1)
+
+
+def test_budget_is_never_exceeded():
+    sched, log = Scheduler(4, n_batch=16, n_ctx_seq=256), Log()
+    for i in range(4):
+        sched.add(log.request(f"r{i}", list(range(1, 30 + i)), max_tokens=5))
+    for _ in range(40):
+        rows = step(sched, log)
+        assert sum(n for _, n, _, _ in rows) <= 16
+    assert set(log.end) == {"r0", "r1", "r2", "r3"}
+
+
+@pytest.mark.parametrize("turn", [1, 3, 8])
+def test_adapter_groups_take_turns(turn):
+    sched, log = Scheduler(4, n_batch=64, n_ctx_seq=256, lora_steps_per_turn=turn), Log()
+    sched.add(log.request("A1", [1, 5], max_tokens=24, adapters=A))
+    sched.add(log.request("A2", [1, 6], max_tokens=24, adapters=A))
+    sched.add(log.request("B1", [1, 7], max_tokens=24, adapters=B))
+    groups = []
+    while sched.running or sched.waiting:
+        _, events = sched.admit()
+        log.record(events)
+        plan = sched.schedule()
+        if plan is None:
+            break
+        assert len({r.slot.adapters for r in plan.rows}) == 1, "a decode mixes adapter sets"
+        groups.append(plan.group)
+        log.record(sched.on_sampled(plan, [Sampled(7, False) for _ in plan.sample]))
+    runs = []
+    for g in groups:
+        if runs and runs[-1][0] == g:
+            runs[-1][1] += 1
+        else:
+            runs.append([g, 1])
+    # While both groups have work, turns alternate and last at most `turn` steps.
+    assert all(n <= turn for _, n in runs[:-1]), runs
+    assert len(runs) >= 2 * (24 // turn) - 1, runs
+    assert log.tokens.count("A1") == log.tokens.count("B1") == 24
+
+
+def test_eog_ends_with_stop_and_is_not_output():
+    sched, log = Scheduler(1, n_batch=8, n_ctx_seq=64), Log()
+    sched.add(log.request("r", [1, 2], max_tokens=10))
+    step(sched, log, token=EOG)
+    assert log.end["r"] == Finished(FinishReason.STOP, 0) and log.tokens == []
+
+
+def test_ignore_eos_keeps_generating():
+    sched, log = Scheduler(1, n_batch=8, n_ctx_seq=64), Log()
+    sched.add(log.request("r", [1, 2], max_tokens=3, ignore_eos=True))
+    for _ in range(3):
+        step(sched, log, token=EOG)
+    assert log.end["r"] == Finished(FinishReason.LENGTH, 3) and log.tokens == ["r"] * 3
+
+
+def test_full_context_ends_with_length():
+    sched, log = Scheduler(1, n_batch=64, n_ctx_seq=10), Log()
+    sched.add(log.request("r", list(range(1, 8)), max_tokens=100))
+    run(sched, log)
+    assert log.end["r"] == Finished(FinishReason.LENGTH, 3)
+    assert len(sched.slots[0].cached) + 1 == 10
+
+
+def test_cancel_while_running_reports_cancelled():
+    sched, log = Scheduler(1, n_batch=8, n_ctx_seq=64), Log()
+    req = log.request("r", [1, 2], max_tokens=100)
+    sched.add(req)
+    step(sched, log)
+    step(sched, log)
+    req.cancel()
+    assert step(sched, log) == []
+    assert log.end["r"] == Finished(FinishReason.CANCELLED, 2)
+    assert sched.slots[0].state is SlotState.IDLE and not sched.running
+
+
+def test_cancel_while_waiting_never_takes_a_slot():
+    sched, log = Scheduler(1, n_batch=8, n_ctx_seq=64), Log()
+    sched.add(log.request("first", [1, 2], max_tokens=5))
+    second = log.request("second", [1, 3], max_tokens=5)
+    sched.add(second)
+    step(sched, log)
+    second.cancel()
+    run(sched, log)
+    assert log.end["second"] == Finished(FinishReason.CANCELLED, 0)
+    assert "second" not in log.tokens
+
+
+def test_waiting_requests_are_admitted_in_order_as_slots_free():
+    sched, log = Scheduler(2, n_batch=64, n_ctx_seq=64), Log()
+    for name in "wxyz":
+        sched.add(log.request(name, [1, ord(name)], max_tokens=2))
+    run(sched, log)
+    assert list(log.end) == ["w", "x", "y", "z"]
+
+
+def test_new_prompt_takes_the_slot_with_the_longest_reusable_prefix():
+    sched, log = Scheduler(3, n_batch=64, n_ctx_seq=128), Log()
+    sched.add(log.request("p", [1, 10, 11, 12], max_tokens=1))
+    sched.add(log.request("q", [1, 20, 21, 22], max_tokens=1))
+    run(sched, log)
+    sched.add(log.request("q2", [1, 20, 21, 22, 23], max_tokens=1))
+    admitted, _ = sched.admit()
+    assert [(a.slot.seq, a.keep) for a in admitted] == [(1, 4)]
+    assert sched.slots[1].pending == [23]
+
+
+def test_whole_cached_prompt_still_decodes_its_last_token():
+    sched, log = Scheduler(1, n_batch=64, n_ctx_seq=128), Log()
+    sched.add(log.request("p", [1, 10, 11], max_tokens=1))
+    run(sched, log)
+    sched.add(log.request("again", [1, 10, 11], max_tokens=1))
+    admitted, _ = sched.admit()
+    assert admitted[0].keep == 2 and sched.slots[0].pending == [11]
+
+
+def test_prefix_is_not_reused_across_adapter_sets():
+    sched, log = Scheduler(1, n_batch=64, n_ctx_seq=128), Log()
+    sched.add(log.request("p", [1, 10, 11, 12], max_tokens=1, adapters=A))
+    run(sched, log)
+    sched.add(log.request("other", [1, 10, 11, 12], max_tokens=1, adapters=B))
+    admitted, _ = sched.admit()
+    assert admitted[0].keep == 0 and sched.slots[0].pending == [1, 10, 11, 12]
+
+
+def test_forget_cache_decodes_the_whole_prompt():
+    sched, log = Scheduler(1, n_batch=64, n_ctx_seq=128), Log()
+    sched.add(log.request("p", [1, 10, 11, 12], max_tokens=1))
+    run(sched, log)
+    sched.add(log.request("q", [1, 10, 11, 99], max_tokens=1))
+    (admission,), _ = sched.admit()
+    assert admission.keep == 3
+    sched.forget_cache(admission.slot)           # the executor could not trim the KV
+    assert step(sched, log) == [("q", 4, 0, True)]
+
+
+def test_sampling_error_fails_that_request_only():
+    sched, log = Scheduler(2, n_batch=64, n_ctx_seq=128), Log()
+    sched.add(log.request("ok", [1, 2], max_tokens=2))
+    sched.add(log.request("bad", [1, 3], max_tokens=2))
+    sched.admit()
+    plan = sched.schedule()
+    boom = RuntimeError("sampler failed")
+    log.record(sched.on_sampled(plan, [Sampled(7, False), boom]))
+    assert log.end["bad"] == Failed(boom) and "ok" not in log.end
+    run(sched, log)
+    assert log.end["ok"] == Finished(FinishReason.LENGTH, 2)
+
+
+def test_fail_and_close_end_everything_once():
+    sched, log = Scheduler(1, n_batch=64, n_ctx_seq=128), Log()
+    sched.add(log.request("running", [1, 2], max_tokens=50))
+    sched.add(log.request("waiting", [1, 3], max_tokens=50))
+    step(sched, log)
+    err = RuntimeError("decode failed")
+    log.record(sched.fail(sched.slots, err))
+    assert log.end["running"] == Failed(err) and sched.slots[0].cached == []
+    closed = RuntimeError("unloaded")
+    log.record(sched.close(closed))
+    assert log.end["waiting"] == Failed(closed) and not sched.waiting and not sched.running
+
+
+def test_lora_steps_per_turn_must_be_positive():
+    with pytest.raises(ValueError, match="at least 1"):
+        Scheduler(1, n_batch=8, n_ctx_seq=8, lora_steps_per_turn=0)
+
+
+def test_scheduler_does_not_load_llama_cpp():
+    code = "import sys, llamaserve.scheduler; print('llamacore._core' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
