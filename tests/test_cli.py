@@ -5,29 +5,20 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from gguf_files import fake_gguf, place
+from isolation import child_env, run_child
 
 from llamaserve.cli import build_parser, config_from_args, main
 from llamaserve.config import load_config
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-
 
 def run_cli(*args: str | Path, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess:
     """``python -m llamaserve ARGS`` in a fresh interpreter, without the user's LLAMASERVE_* settings."""
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("LLAMASERVE_")}
-    environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), environ.get("PYTHONPATH")]))
-    environ.update(env)
-    return subprocess.run([sys.executable, "-m", "llamaserve", *map(str, args)], cwd=cwd or REPO_ROOT,
-                          env=environ, capture_output=True, text=True, timeout=120, check=False)
-
-
-
-
+    return run_child(["-m", "llamaserve", *map(str, args)], cwd=cwd,
+                     env=child_env(drop_prefix="LLAMASERVE_", **env))
 
 
 @pytest.fixture(scope="module")
