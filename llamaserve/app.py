@@ -73,7 +73,7 @@ def create_app(config: ServerConfig) -> Starlette:
         Route("/admin/models/{alias}/load", admin_load, methods=["POST"]),
         Route("/admin/models/{alias}/unload", admin_unload, methods=["POST"]),
     ]
-    middleware = [Middleware(RequestMetrics, metrics=metrics), Middleware(DrainMiddleware, drain=drain)]
+    middleware = [Middleware(RequestMetrics, metrics=metrics, routes=routes), Middleware(DrainMiddleware, drain=drain)]
     if config.cors_origins:
         middleware.append(Middleware(CORSMiddleware, allow_origins=list(config.cors_origins),
                                      allow_methods=["GET", "POST", "OPTIONS"], allow_headers=["*"]))

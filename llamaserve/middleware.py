@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import hmac
-import json
+from collections.abc import Sequence
 
+from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from llamaserve.errors import APIError
@@ -31,30 +32,35 @@ class APIKeyAuth:
             await self.app(scope, receive, send)
             return
         err = APIError(401, "Incorrect API key provided. Send it as 'Authorization: Bearer <key>'.",
-                       code="invalid_api_key")
-        body = json.dumps(err.body()).encode()
-        await send({"type": "http.response.start", "status": 401,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                                (b"www-authenticate", b"Bearer")]})
-        await send({"type": "http.response.body", "body": body})
+                       code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+        await err.response()(scope, receive, send)
 
 
 class RequestMetrics:
-    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+    """Counts requests by route template and status.
+
+    The label is the matched route's template (`/admin/models/{alias}/load`), or "unmatched":
+    a client sending arbitrary paths must not grow the metric's series without bound.
+    """
+
+    def __init__(self, app: ASGIApp, metrics: Metrics, routes: Sequence[Route]) -> None:
         self.app = app
         self.metrics = metrics
+        self.templates = {route.endpoint: route.path for route in routes}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        status = {"code": 500}
+        status = 500
 
         async def capture(message: Message) -> None:
+            nonlocal status
             if message["type"] == "http.response.start":
-                status["code"] = message["status"]
+                status = message["status"]
             await send(message)
         try:
             await self.app(scope, receive, capture)
         finally:
-            self.metrics.requests.labels(scope["path"], str(status["code"])).inc()
+            route = self.templates.get(scope.get("endpoint"), "unmatched")   # set by the router on a match
+            self.metrics.requests.labels(route, str(status)).inc()

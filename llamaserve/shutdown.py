@@ -12,12 +12,14 @@ shutdown afterwards. A request that arrives on a kept-alive connection after SIG
 from __future__ import annotations
 
 import asyncio
-import json
+import contextlib
 import logging
+from collections.abc import Iterator
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from llamaserve.errors import APIError
+from llamaserve.sse import event
 
 log = logging.getLogger("llamaserve.shutdown")
 
@@ -36,12 +38,22 @@ class Drain:
         self._tasks: set[asyncio.Task] = set()
         self._cut: set[asyncio.Task] = set()
 
-    @property
-    def in_flight(self) -> int:
-        return len(self._tasks)
-
     def begin(self) -> None:
         self.draining = True
+
+    @contextlib.contextmanager
+    def track(self, task: asyncio.Task) -> Iterator[None]:
+        """Count `task` as in flight while the block runs."""
+        self._tasks.add(task)
+        try:
+            yield
+        finally:
+            self._tasks.discard(task)
+            self._cut.discard(task)
+
+    def was_cut(self, task: asyncio.Task) -> bool:
+        """Whether `task` was cancelled by `cut()` (rather than by its client or the server)."""
+        return task in self._cut
 
     def cut(self) -> int:
         """Cancel every request still running; each ends with the shutdown answer. Returns how many."""
@@ -68,49 +80,36 @@ class DrainMiddleware:
             await self.app(scope, receive, send)
             return
         if self.drain.draining:
-            await _send_error(send, shutdown_error())
+            await shutdown_error().response()(scope, receive, send)
             return
         task = asyncio.current_task()
-        sent = {"started": False, "stream": False, "done": False}
+        assert task is not None
+        started = stream = done = False
 
         async def tracked(message: Message) -> None:
+            nonlocal started, stream, done
             if message["type"] == "http.response.start":
-                sent["started"] = True
-                sent["stream"] = any(k.lower() == b"content-type" and v.startswith(b"text/event-stream")
-                                     for k, v in message.get("headers", []))
+                started = True
+                stream = any(k.lower() == b"content-type" and v.startswith(b"text/event-stream")
+                             for k, v in message.get("headers", []))
             elif message["type"] == "http.response.body" and not message.get("more_body", False):
-                sent["done"] = True
+                done = True
             await send(message)
 
-        self.drain._tasks.add(task)
-        try:
-            await self.app(scope, receive, tracked)
-        except asyncio.CancelledError:
-            if task not in self.drain._cut:
-                raise
-            while task.cancelling():
-                task.uncancel()
-            await _finish_cut(send, sent)
-        finally:
-            self.drain._tasks.discard(task)
-            self.drain._cut.discard(task)
-
-
-async def _finish_cut(send: Send, sent: dict[str, bool]) -> None:
-    if sent["done"]:
-        return
-    if not sent["started"]:
-        await _send_error(send, shutdown_error())
-    elif sent["stream"]:
-        body = f"data: {json.dumps(shutdown_error().body())}\n\ndata: [DONE]\n\n".encode()
-        await send({"type": "http.response.body", "body": body, "more_body": False})
-    else:
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-
-async def _send_error(send: Send, err: APIError) -> None:
-    body = json.dumps(err.body()).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    headers += [(k.lower().encode(), v.encode()) for k, v in (err.headers or {}).items()]
-    await send({"type": "http.response.start", "status": err.status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+        with self.drain.track(task):
+            try:
+                await self.app(scope, receive, tracked)
+            except asyncio.CancelledError:
+                if not self.drain.was_cut(task):
+                    raise
+                while task.cancelling():
+                    task.uncancel()
+                if done:
+                    return
+                if not started:
+                    await shutdown_error().response()(scope, receive, send)
+                elif stream:
+                    body = (event(shutdown_error().body()) + "data: [DONE]\n\n").encode()
+                    await send({"type": "http.response.body", "body": body, "more_body": False})
+                else:
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
