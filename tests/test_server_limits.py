@@ -205,3 +205,13 @@ def test_concurrent_first_requests_share_one_load(limited):
             return await asyncio.gather(*(c.post("/v1/completions", json=body) for _ in range(3)))
     assert [r.status_code for r in asyncio.run(burst())] == [200, 200, 200]
     assert loads() == before + 1
+
+
+def test_request_metrics_are_labelled_by_route_template(limited):
+    for i in range(3):
+        assert limited.get(f"/no/such/path/{i}").status_code == 404
+        assert limited.post(f"/admin/models/ghost{i}/load").status_code == 404
+    text = limited.get("/metrics").text
+    assert 'route="unmatched",status="404"' in text
+    assert 'route="/admin/models/{alias}/load",status="404"' in text
+    assert "/no/such/path" not in text and "ghost" not in text
