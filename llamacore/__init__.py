@@ -1,22 +1,50 @@
-"""llamacore: a direct Cython binding of llama.cpp with a llama-cpp-python compatible `Llama`."""
+"""llamacore: a direct Cython binding of llama.cpp with a llama-cpp-python compatible `Llama`.
 
-from llamacore._core import (
-    Batch,
-    Context,
-    LoraAdapter,
-    Model,
-    Sampler,
-    llama_cpp_version,
-    max_parallel_sequences,
-    set_verbose,
-    supports_gpu_offload,
-    system_info,
-)
-from llamacore.errors import ContextFullError, DecodeAbortedError, DecodeError
-from llamacore.llama import Llama
+The compiled extension (llamacore._core, which loads llama.cpp and initialises its backends)
+is imported on first use of one of its names, so the pure-Python modules (chat_format,
+json_grammar, gbnf, tool_calls, gguf_header, options) import without the native library.
+"""
 
-__all__ = [
-    "Batch", "Context", "ContextFullError", "DecodeAbortedError", "DecodeError", "Llama", "LoraAdapter",
-    "Model", "Sampler", "llama_cpp_version", "max_parallel_sequences", "set_verbose",
-    "supports_gpu_offload", "system_info",
-]
+import importlib as _importlib
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any as _Any
+
+# name -> the submodule that defines it
+_EXPORTS = {
+    "Batch": "_core", "Context": "_core", "LoraAdapter": "_core", "Model": "_core", "Sampler": "_core",
+    "llama_cpp_version": "_core", "max_parallel_sequences": "_core", "set_verbose": "_core",
+    "supports_gpu_offload": "_core", "system_info": "_core",
+    "ContextFullError": "errors", "DecodeAbortedError": "errors", "DecodeError": "errors",
+    "Llama": "llama",
+}
+
+__all__ = sorted(_EXPORTS)
+
+if _TYPE_CHECKING:
+    from llamacore._core import (
+        Batch,
+        Context,
+        LoraAdapter,
+        Model,
+        Sampler,
+        llama_cpp_version,
+        max_parallel_sequences,
+        set_verbose,
+        supports_gpu_offload,
+        system_info,
+    )
+    from llamacore.errors import ContextFullError, DecodeAbortedError, DecodeError
+    from llamacore.llama import Llama
+
+
+def __getattr__(name: str) -> _Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'llamacore' has no attribute {name!r}")
+    value = getattr(_importlib.import_module(f"llamacore.{module}"), name)
+    globals()[name] = value         # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

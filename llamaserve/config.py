@@ -19,6 +19,8 @@ from typing import Any
 
 import tomllib
 
+from llamacore.chat_format import TEMPLATES
+from llamacore.gguf_header import GGUFHeader, read_header
 from llamaserve.config_keys import (
     ENTRY_KEYS,
     LOAD_KEYS,
@@ -27,13 +29,13 @@ from llamaserve.config_keys import (
     Check,
     EnvStr,
     Invalid,
+    kind_problems,
     parse_duration,
     parse_size,
     scale,
     string,
     suggest,
 )
-from llamaserve.gguf_header import GGUFHeader, read_header
 
 __all__ = [
     "ConfigError", "ModelEntry", "ModelsDirScan", "ServerConfig", "load_config", "parse_config",
@@ -364,6 +366,8 @@ def _entry(label: str, raw: dict, base_dir: Path, problems: _Problems) -> tuple[
         return None
     if "alias" in raw and "model_alias" in raw:
         problems.add(f"{label}.model_alias", "give either alias or model_alias, not both")
+    for key, message in kind_problems(raw):
+        problems.add(f"{label}.{key}", message)
     model = _path(raw["model"], base_dir)
     arch = _model_architecture(model, f"{label}.model", problems)
     adapters = _adapters(raw.get("lora_adapters", {}), base_dir, f"{label}.lora_adapters", problems)
@@ -453,8 +457,6 @@ def _check_chat_formats(entries: list[tuple[str, ModelEntry]], problems: _Proble
     named = [(label, e.chat_format) for label, e in entries if e.chat_format]
     if not named:
         return
-    from llamacore.chat_format import TEMPLATES  # loads the extension: only when needed
-
     for label, name in named:
         if name not in TEMPLATES:
             problems.add(f"{label}.chat_format", f"unknown chat format {name!r}{suggest(name, TEMPLATES)}; "

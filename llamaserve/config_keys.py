@@ -12,9 +12,16 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from llamacore.options import (
+    EMBEDDING_ONLY_KEYS,
+    FLASH_ATTN,
+    GENERATION_ONLY_KEYS,
+    KV_CACHE_TYPES,
+    POOLING_TYPES,
+    SPLIT_MODES,
+)
+
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
-KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1")
-POOLING_TYPES = ("unspecified", "none", "mean", "cls", "last", "rank")
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*(?:([kmgtp])(i)?)?(b)?\s*$", re.IGNORECASE)
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*(s|m|h)?\s*$", re.IGNORECASE)
 _DURATION_UNITS = {None: 1, "s": 1, "m": 60, "h": 3600}
@@ -128,12 +135,12 @@ def _optional(check: Check) -> Check:
 
 
 def _flash_attn(v: Any) -> bool | str:
-    if v in ("auto", "on", "off"):
+    if v in FLASH_ATTN:
         return str(v)
     try:
         return _bool(v)
     except Invalid:
-        raise Invalid(f"expected true, false, auto, on or off, got {v!r}") from None
+        raise Invalid(f"expected true, false, {', '.join(FLASH_ATTN[:-1])} or {FLASH_ATTN[-1]}, got {v!r}") from None
 
 
 def _pooling(v: Any) -> int | str:
@@ -192,10 +199,10 @@ ROOT_KEYS: dict[str, Check] = {
     "log_level": _choice(LOG_LEVELS), "cors": _cors, "max_body_bytes": _via(parse_size, positive=True),
     "shutdown_grace": _float(),
 }
-LOAD_KEYS: dict[str, Check] = {
+LOAD_KEYS: dict[str, Check] = {      # the keys of llamacore.options.LOAD_KEYS
     "n_ctx": _int(0), "n_batch": _int(1), "n_ubatch": _int(1),
     "n_threads": _optional(_int(1)), "n_threads_batch": _optional(_int(1)),
-    "n_gpu_layers": _int(-1), "main_gpu": _int(0), "split_mode": _choice(("none", "layer", "row")),
+    "n_gpu_layers": _int(-1), "main_gpu": _int(0), "split_mode": _choice(SPLIT_MODES),
     "tensor_split": _list_of(_float(), "numbers"), "use_mmap": _bool, "use_mlock": _bool,
     "flash_attn": _flash_attn,
     "type_k": _choice(KV_CACHE_TYPES), "type_v": _choice(KV_CACHE_TYPES), "offload_kqv": _bool,
@@ -218,3 +225,17 @@ def scale(v: Any) -> float:
     """A LoRA adapter scale: any number (negative scales subtract the adapter)."""
     return _float(-math.inf)(v)
 
+
+def kind_problems(load: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(key, message) for each load key of an entry that its kind of model has no use for.
+
+    Such a key would otherwise be dropped silently: pooling_type means nothing to a generation
+    model, seed (the default sampling seed) nothing to an embedding model.
+    """
+    if load.get("embedding"):
+        return [(key, "applies only to generation models (embedding models do not sample); "
+                      "remove it from this entry or from defaults")
+                for key in sorted(GENERATION_ONLY_KEYS & load.keys())]
+    return [(key, "applies only to embedding models (embedding: true); "
+                  "remove it from this entry or from defaults")
+            for key in sorted(EMBEDDING_ONLY_KEYS & load.keys())]

@@ -1,4 +1,4 @@
-"""llamaserve.gguf_header: header-only GGUF parsing, checked against gguf's own writer and reader."""
+"""llamacore.gguf_header: header-only GGUF parsing, checked against gguf's own writer and reader."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import gguf
 import pytest
 from gguf_files import fake_gguf
 
-from llamaserve.gguf_header import read_header
+from llamacore.gguf_header import ValueType, read_header, read_metadata
 
 
 def test_header_of_real_model_and_adapter(tiny_model_path, lora_other_arch_path):
@@ -67,3 +67,33 @@ def test_unknown_value_type_raises(tmp_path):
     path.write_bytes(raw + b"\0" * 16)
     with pytest.raises(ValueError, match="unknown value type 42"):
         read_header(path)
+
+
+def test_metadata_of_real_model(tiny_model_path):
+    meta = read_metadata(tiny_model_path)
+    reader = gguf.GGUFReader(tiny_model_path)
+    assert meta is not None and meta.duplicate_token is None
+    assert meta.values["general.architecture"] == (ValueType.STRING, "llama")
+    item, count, items = meta.values["tokenizer.ggml.tokens"][1]
+    assert (item, count, items) == (ValueType.STRING, len(reader.fields["tokenizer.ggml.tokens"].data), None)
+    assert meta.tensors == {t.name: tuple(int(n) for n in t.shape) for t in reader.tensors}
+
+
+def test_metadata_finds_a_duplicate_token(tmp_path):
+    w = gguf.GGUFWriter(tmp_path / "d.gguf", "llama")
+    w.add_array("tokenizer.ggml.tokens", ["a", "b", "c", "b"])
+    w.add_array("test.ints", [1, 2, 3])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.close()
+    meta = read_metadata(tmp_path / "d.gguf")
+    assert meta.duplicate_token == (b"b", 1, 3)
+    assert meta.values["test.ints"] == (ValueType.ARRAY, (ValueType.INT32, 3, (1, 2, 3)))
+
+
+def test_metadata_leaves_what_it_cannot_judge_to_llama_cpp(tmp_path):
+    for name, kwargs in (("big.gguf", {"endian": gguf.GGUFEndian.BIG}), ("nested.gguf", {"every_type": True})):
+        assert read_metadata(fake_gguf(tmp_path / name, **kwargs)) is None
+    (tmp_path / "empty.gguf").write_bytes(b"")
+    (tmp_path / "short.gguf").write_bytes(b"GGUF\x03\0\0\0")
+    assert read_metadata(tmp_path / "empty.gguf") is None and read_metadata(tmp_path / "short.gguf") is None
