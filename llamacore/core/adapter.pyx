@@ -48,15 +48,9 @@ cdef class LoraAdapter:
     @property
     def metadata(self):
         """Scalar GGUF metadata of the adapter file, as strings."""
-        cdef int32_t i
         if self._metadata is None:
-            out = {}
-            for i in range(llama.llama_adapter_meta_count(self.ptr)):
-                key = _meta_string(_adapter_key, self.ptr, i)
-                val = _meta_string(_adapter_val, self.ptr, i)
-                if key is not None:
-                    out[key.decode("utf-8", "replace")] = (val or b"").decode("utf-8", "replace")
-            self._metadata = out
+            self._metadata = _meta_dict(self.ptr, llama.llama_adapter_meta_count(self.ptr),
+                                        _adapter_key, _adapter_val)
         return dict(self._metadata)
 
     @property

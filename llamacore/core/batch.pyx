@@ -36,6 +36,8 @@ cdef class Batch:
     def clear(self):
         self.b.n_tokens = 0
 
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
     cdef int _push(self, llama_token token, llama_pos pos, llama_seq_id seq_id, bint logits) except -1:
         cdef int i = self.b.n_tokens
         if i >= self.capacity:

@@ -1,34 +1,6 @@
-import errno
-
 # Context: the inference state on one Model (KV cache, outputs, adapters, threads).
-# Every input is checked before it reaches llama.cpp, which would abort on some bad ones.
-
-_FLASH_ATTN = {"auto": llama.LLAMA_FLASH_ATTN_TYPE_AUTO, None: llama.LLAMA_FLASH_ATTN_TYPE_AUTO,
-               True: llama.LLAMA_FLASH_ATTN_TYPE_ENABLED, "on": llama.LLAMA_FLASH_ATTN_TYPE_ENABLED,
-               False: llama.LLAMA_FLASH_ATTN_TYPE_DISABLED, "off": llama.LLAMA_FLASH_ATTN_TYPE_DISABLED}
-_CACHE_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "bf16": 30}
-POOLING_TYPES = {"unspecified": -1, "none": 0, "mean": 1, "cls": 2, "last": 3, "rank": 4}
-
-
-cdef cbool _abort_trampoline(void * data) noexcept nogil:
-    cdef _AbortState * state = <_AbortState *>data
-    if state.requested:
-        return True
-    if state.callback == NULL:
-        return False
-    with gil:
-        try:
-            return bool((<object>state.callback)())
-        except BaseException:
-            return True
-
-
-def _pooling_code(pooling):
-    if isinstance(pooling, str):
-        if pooling not in POOLING_TYPES:
-            raise ValueError(f"unknown pooling {pooling!r}; expected one of {sorted(POOLING_TYPES)}")
-        return POOLING_TYPES[pooling]
-    return int(pooling)
+# Every input is checked before it reaches llama.cpp, which would abort on some bad ones
+# (the creation parameters in core/context_params.pyx).
 
 
 @cython.no_gc_clear
@@ -53,47 +25,10 @@ cdef class Context:
             raise RuntimeError("Context is already initialized")
         if model.ptr == NULL:
             raise ValueError("model is not loaded")
-        if n_ctx < 0 or n_batch <= 0 or n_ubatch <= 0:
-            raise ValueError("n_ctx must be >= 0 (0 = the model's training context); n_batch and n_ubatch > 0")
-        if n_ubatch > n_batch:
-            n_ubatch = n_batch
-        if not 1 <= n_seq_max <= llama.llama_max_parallel_sequences():
-            raise ValueError(f"n_seq_max must be between 1 and {llama.llama_max_parallel_sequences()}")
-        if n_seq_max > 1:
-            # llama.cpp reserves its worst-case graph for min(n_ctx, n_ubatch) tokens split over
-            # n_seq_max sequences; when that does not divide evenly it rounds the token count up
-            # but not the output count, and mean pooling then fails GGML_ASSERT(ggml_can_mul_mat)
-            # (the process aborts). Keep the micro-batch a multiple of n_seq_max.
-            limit = n_ctx if n_ctx > 0 else model.n_ctx_train
-            if 0 < limit < n_ubatch:
-                n_ubatch = limit
-            if n_ubatch % n_seq_max:
-                n_ubatch = max(n_seq_max, n_ubatch - n_ubatch % n_seq_max)
-                n_batch = max(n_batch, n_ubatch)
-        for name, t in (("type_k", type_k), ("type_v", type_v)):
-            if t not in _CACHE_TYPES:
-                raise ValueError(f"{name} {t!r} is not a KV cache type; expected one of {sorted(_CACHE_TYPES)}")
-        if flash_attn not in _FLASH_ATTN:
-            raise ValueError("flash_attn must be 'auto', True/'on' or False/'off'")
-        cpu = os.cpu_count() or 1
-        cdef llama.llama_context_params p = llama.llama_context_default_params()
-        p.n_ctx = n_ctx
-        p.n_batch = n_batch
-        p.n_ubatch = n_ubatch
-        p.n_seq_max = n_seq_max
-        p.n_threads = n_threads or cpu
-        p.n_threads_batch = n_threads_batch or n_threads or cpu
-        p.embeddings = embeddings
-        p.pooling_type = _pooling_code(pooling)
-        p.attention_type = {"unspecified": -1, "causal": 0, "non_causal": 1}[attention]
-        p.flash_attn_type = _FLASH_ATTN[flash_attn]
-        p.type_k = _CACHE_TYPES[type_k]
-        p.type_v = _CACHE_TYPES[type_v]
-        p.offload_kqv = offload_kqv
-        p.kv_unified = kv_unified
-        p.rope_freq_base = rope_freq_base
-        p.rope_freq_scale = rope_freq_scale
-        p.no_perf = no_perf
+        cdef llama.llama_context_params p = _context_params(
+            model, n_ctx, n_batch, n_ubatch, n_seq_max, n_threads, n_threads_batch, embeddings, pooling,
+            attention, flash_attn, type_k, type_v, offload_kqv, kv_unified, rope_freq_base, rope_freq_scale,
+            no_perf)
         p.abort_callback = _abort_trampoline
         p.abort_callback_data = &self.abort_state
         self.model = model
@@ -122,6 +57,8 @@ cdef class Context:
 
     # -- decoding ----------------------------------------------------------------------------
 
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
     cdef int _validate(self, Batch batch) except -1:
         cdef llama.llama_batch * b = &batch.b
         cdef int i, k, n_out = 0
@@ -266,18 +203,12 @@ cdef class Context:
                 raise TypeError(f"expected LoraAdapter keys, got {type(adapter).__name__}")
             if (<LoraAdapter>adapter).model is not self.model:
                 raise ValueError(f"adapter {(<LoraAdapter>adapter).path} was loaded for another model")
-        cdef Py_ssize_t n = len(items)
-        cdef llama.llama_adapter_lora ** ptrs = <llama.llama_adapter_lora **>malloc(max(n, 1) * sizeof(void *))
-        cdef float * scales = <float *>malloc(max(n, 1) * sizeof(float))
-        cdef int32_t rc
-        try:
-            for k, (adapter, scale) in enumerate(items):
-                ptrs[k] = (<LoraAdapter>adapter).ptr
-                scales[k] = float(scale)
-            rc = llama.llama_set_adapters_lora(self.ptr, ptrs, n, scales)
-        finally:
-            free(ptrs)
-            free(scales)
+        cdef vector[llama.llama_adapter_lora *] ptrs
+        cdef vector[float] scales
+        for adapter, scale in items:
+            ptrs.push_back((<LoraAdapter>adapter).ptr)
+            scales.push_back(float(scale))
+        cdef int32_t rc = llama.llama_set_adapters_lora(self.ptr, ptrs.data(), ptrs.size(), scales.data())
         if rc != 0:
             raise ValueError(f"llama.cpp refused the adapter set ({rc})")
         self._adapters = {adapter: float(scale) for adapter, scale in items}
@@ -392,16 +323,13 @@ cdef class Context:
         """Write the state and the `tokens` it was computed from to a session file."""
         cdef bytes bpath = os.fspath(path).encode()
         cdef const char * cpath = bpath
-        cdef Py_ssize_t n = len(tokens)
-        cdef llama_token * toks = <llama_token *>malloc(max(n, 1) * sizeof(llama_token))
+        cdef vector[llama_token] toks = vector[llama_token](len(tokens))
+        cdef Py_ssize_t i
+        for i in range(<Py_ssize_t>toks.size()):
+            toks[i] = tokens[i]
         cdef bint ok
-        try:
-            for i in range(n):
-                toks[i] = tokens[i]
-            with nogil:
-                ok = llama.llama_state_save_file(self.ptr, cpath, toks, n)
-        finally:
-            free(toks)
+        with nogil:
+            ok = llama.llama_state_save_file(self.ptr, cpath, toks.data(), toks.size())
         if not ok:
             raise OSError(f"could not write state file {path}")
 
@@ -412,16 +340,13 @@ cdef class Context:
             raise FileNotFoundError(errno.ENOENT, "state file not found", path)
         cdef bytes bpath = path.encode()
         cdef const char * cpath = bpath
-        cdef size_t cap = self.n_ctx, count = 0
-        cdef llama_token * toks = <llama_token *>malloc(max(cap, 1) * sizeof(llama_token))
+        cdef size_t count = 0
+        cdef vector[llama_token] toks = vector[llama_token](max(self.n_ctx, 1))
         cdef bint ok
-        try:
-            _error_mark()
-            with nogil:
-                ok = llama.llama_state_load_file(self.ptr, cpath, toks, cap, &count)
-            if not ok:
-                raise ValueError(f"could not load state file {path}: {_errors_since_mark() or 'rejected'}")
-            self._n_outputs = 0   # as in load_state: no outputs are restored
-            return [toks[i] for i in range(count)]
-        finally:
-            free(toks)
+        _error_mark()
+        with nogil:
+            ok = llama.llama_state_load_file(self.ptr, cpath, toks.data(), toks.size(), &count)
+        if not ok:
+            raise ValueError(f"could not load state file {path}: {_errors_since_mark() or 'rejected'}")
+        self._n_outputs = 0   # as in load_state: no outputs are restored
+        return [toks[i] for i in range(count)]

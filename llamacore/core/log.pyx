@@ -1,34 +1,31 @@
 # Routes llama.cpp's log output to Python `logging` (logger "llamacore.llama_cpp").
 # The C callback checks a level threshold before taking the GIL, so quiet runs pay nothing.
 # Recent error lines are kept so that a failed load can say *why* it failed.
-import collections
-import logging
-
-from llamacore.includes.ggml cimport ggml_log_level
 
 _logger = logging.getLogger("llamacore.llama_cpp")
 _recent_errors = collections.deque(maxlen=16)
 
-cdef int _min_level = 3          # GGML_LOG_LEVEL_WARN: info/debug are dropped before the GIL
-cdef int _last_level = 2
-_PY_LEVELS = {1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
+cdef ggml.ggml_log_level _min_level = ggml.GGML_LOG_LEVEL_WARN     # info/debug are dropped before the GIL
+cdef ggml.ggml_log_level _last_level = ggml.GGML_LOG_LEVEL_INFO
+_PY_LEVELS = {ggml.GGML_LOG_LEVEL_DEBUG: logging.DEBUG, ggml.GGML_LOG_LEVEL_INFO: logging.INFO,
+              ggml.GGML_LOG_LEVEL_WARN: logging.WARNING, ggml.GGML_LOG_LEVEL_ERROR: logging.ERROR}
 
 
-cdef void _log_callback(ggml_log_level level, const char * text, void * user_data) noexcept nogil:
+cdef void _log_callback(ggml.ggml_log_level level, const char * text, void * user_data) noexcept nogil:
     global _last_level
-    cdef int lvl = <int>level
-    if lvl == 5:                 # GGML_LOG_LEVEL_CONT continues the previous message
+    cdef ggml.ggml_log_level lvl = level
+    if lvl == ggml.GGML_LOG_LEVEL_CONT:     # continues the previous message
         lvl = _last_level
     else:
         _last_level = lvl
-    if lvl < _min_level and lvl != 4:
+    if lvl < _min_level and lvl != ggml.GGML_LOG_LEVEL_ERROR:   # errors are always kept
         return
     with gil:
         try:
             message = text.decode("utf-8", "replace").rstrip("\n")
             if not message:
                 return
-            if lvl == 4:
+            if lvl == ggml.GGML_LOG_LEVEL_ERROR:
                 _recent_errors.append(message)
             if lvl >= _min_level:
                 _logger.log(_PY_LEVELS.get(lvl, logging.INFO), message)
@@ -43,7 +40,7 @@ cdef _install_log_callback():
 def set_verbose(bint verbose):
     """Show llama.cpp's informational output (model loading, context setup) or keep it quiet."""
     global _min_level
-    _min_level = 2 if verbose else 3
+    _min_level = ggml.GGML_LOG_LEVEL_INFO if verbose else ggml.GGML_LOG_LEVEL_WARN
     if verbose and not _logger.handlers and not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO)
     _logger.setLevel(logging.INFO if verbose else logging.WARNING)
@@ -57,19 +54,3 @@ cdef int _error_mark():
 cdef str _errors_since_mark():
     return "; ".join(_recent_errors)
 
-
-def system_info():
-    """llama.cpp's description of the CPU features and backends compiled in."""
-    return llama.llama_print_system_info().decode()
-
-
-def llama_cpp_version():
-    return llama.llama_version().decode()
-
-
-def supports_gpu_offload():
-    return llama.llama_supports_gpu_offload()
-
-
-def max_parallel_sequences():
-    return llama.llama_max_parallel_sequences()

@@ -2,22 +2,31 @@
 # a reference to it so it is freed last.
 
 
-cdef bytes _meta_string(int32_t (*getter)(const void *, int32_t, char *, size_t) noexcept nogil,
-                        const void * obj, int32_t i):
+ctypedef int32_t (*_meta_getter)(const void *, int32_t, char *, size_t) noexcept nogil
+
+
+cdef bytes _meta_string(_meta_getter getter, const void * obj, int32_t i):
     cdef char small[256]
     cdef int32_t n = getter(obj, i, small, sizeof(small))
     if n < 0:
         return None
     if n < <int32_t>sizeof(small):
         return small[:n]
-    cdef char * big = <char *>malloc(n + 1)
-    if big == NULL:
-        raise MemoryError()
-    try:
-        getter(obj, i, big, n + 1)
-        return big[:n]
-    finally:
-        free(big)
+    cdef vector[char] big = vector[char](n + 1)
+    getter(obj, i, big.data(), n + 1)
+    return big.data()[:n]
+
+
+cdef dict _meta_dict(const void * obj, int32_t count, _meta_getter key_getter, _meta_getter val_getter):
+    """{key: value} of the GGUF metadata of a model or adapter (llama.cpp gives scalars as strings)."""
+    cdef dict out = {}
+    cdef int32_t i
+    for i in range(count):
+        key = _meta_string(key_getter, obj, i)
+        val = _meta_string(val_getter, obj, i)
+        if key is not None:
+            out[key.decode("utf-8", "replace")] = (val or b"").decode("utf-8", "replace")
+    return out
 
 
 cdef int32_t _model_key(const void * m, int32_t i, char * buf, size_t size) noexcept nogil:
@@ -28,17 +37,8 @@ cdef int32_t _model_val(const void * m, int32_t i, char * buf, size_t size) noex
     return llama.llama_model_meta_val_str_by_index(<const llama.llama_model *>m, i, buf, size)
 
 
-cdef dict _model_metadata(const llama.llama_model * m):
-    cdef dict out = {}
-    cdef int32_t i
-    for i in range(llama.llama_model_meta_count(m)):
-        key = _meta_string(_model_key, m, i)
-        val = _meta_string(_model_val, m, i)
-        if key is not None:
-            out[key.decode("utf-8", "replace")] = (val or b"").decode("utf-8", "replace")
-    return out
-
-
+_SPLIT_MODES = {"none": llama.LLAMA_SPLIT_MODE_NONE, "layer": llama.LLAMA_SPLIT_MODE_LAYER,
+                "row": llama.LLAMA_SPLIT_MODE_ROW}      # the names of llamacore.options.SPLIT_MODES
 _LOAD_MODES = {
     (False, False): llama.LLAMA_LOAD_MODE_NONE,
     (True, False): llama.LLAMA_LOAD_MODE_MMAP,
@@ -64,37 +64,34 @@ cdef class Model:
         if self.ptr != NULL:
             raise RuntimeError("Model is already initialized")
         self.path = _check_gguf_file(path, "model")
+        if split_mode not in _SPLIT_MODES:
+            raise ValueError(f"split_mode {split_mode!r} is not one of {', '.join(_SPLIT_MODES)}")
         cdef llama.llama_model_params params = llama.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
         params.load_mode = _LOAD_MODES[(use_mmap, use_mlock)]
         params.vocab_only = vocab_only
         params.main_gpu = main_gpu
         params.check_tensors = check_tensors
-        params.split_mode = {"none": llama.LLAMA_SPLIT_MODE_NONE, "layer": llama.LLAMA_SPLIT_MODE_LAYER,
-                             "row": llama.LLAMA_SPLIT_MODE_ROW}[split_mode]
+        params.split_mode = _SPLIT_MODES[split_mode]
 
-        cdef float * split = NULL
-        cdef llama.llama_model_kv_override * overrides = NULL
+        cdef vector[float] split            # both must outlive the load call
+        cdef vector[llama.llama_model_kv_override] overrides
         cdef bytes bpath = self.path.encode()
         cdef const char * cpath = bpath
-        try:
-            if tensor_split:
-                if len(tensor_split) > llama.llama_max_devices():
-                    raise ValueError(f"tensor_split has {len(tensor_split)} entries; "
-                                     f"at most {llama.llama_max_devices()} devices are supported")
-                split = <float *>malloc(llama.llama_max_devices() * sizeof(float))
-                for i in range(llama.llama_max_devices()):
-                    split[i] = tensor_split[i] if i < len(tensor_split) else 0.0
-                params.tensor_split = split
-            if kv_overrides:
-                overrides = _build_kv_overrides(kv_overrides)
-                params.kv_overrides = overrides
-            _error_mark()
-            with nogil:
-                self.ptr = llama.llama_model_load_from_file(cpath, params)
-        finally:
-            free(split)
-            free(overrides)
+        if tensor_split:
+            if len(tensor_split) > llama.llama_max_devices():
+                raise ValueError(f"tensor_split has {len(tensor_split)} entries; "
+                                 f"at most {llama.llama_max_devices()} devices are supported")
+            split.resize(llama.llama_max_devices(), 0.0)
+            for i, fraction in enumerate(tensor_split):
+                split[i] = fraction
+            params.tensor_split = split.data()
+        if kv_overrides:
+            _build_kv_overrides(kv_overrides, overrides)
+            params.kv_overrides = overrides.data()
+        _error_mark()
+        with nogil:
+            self.ptr = llama.llama_model_load_from_file(cpath, params)
         if self.ptr == NULL:
             reason = _errors_since_mark() or "unknown reason"
             raise ValueError(f"failed to load model {self.path}: {reason}")
@@ -115,7 +112,7 @@ cdef class Model:
     def metadata(self):
         """All scalar GGUF metadata as strings (arrays are not exposed by llama.cpp)."""
         if self._metadata is None:
-            self._metadata = _model_metadata(self.ptr)
+            self._metadata = _meta_dict(self.ptr, llama.llama_model_meta_count(self.ptr), _model_key, _model_val)
         return dict(self._metadata)
 
     @property
@@ -199,6 +196,8 @@ cdef class Model:
         if not 0 <= token < self.n_vocab:
             raise IndexError(f"token id {token} is out of range for a vocabulary of {self.n_vocab}")
 
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
     cdef int _check_tokens(self, const llama_token * tokens, Py_ssize_t n) except -1:
         cdef Py_ssize_t i
         for i in range(n):
@@ -215,37 +214,24 @@ cdef class Model:
         cdef bytes data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
         if len(data) > 0x7FFFFFF0:
             raise ValueError("text is too long to tokenize")
-        cdef int32_t cap = len(data) + 8
-        cdef llama_token * out = <llama_token *>malloc(cap * sizeof(llama_token))
-        if out == NULL:
-            raise MemoryError()
-        cdef int32_t n
-        try:
-            n = llama.llama_tokenize(self.vocab, data, len(data), out, cap, add_special, parse_special)
-            if n < 0:
-                cap = -n
-                free(out)
-                out = <llama_token *>malloc(cap * sizeof(llama_token))
-                if out == NULL:
-                    raise MemoryError()
-                n = llama.llama_tokenize(self.vocab, data, len(data), out, cap, add_special, parse_special)
-            if n < 0:
-                raise ValueError("tokenization failed")
-            return [out[i] for i in range(n)]
-        finally:
-            free(out)
+        cdef vector[llama_token] out = vector[llama_token](len(data) + 8)
+        cdef int32_t n = llama.llama_tokenize(self.vocab, data, len(data), out.data(), out.size(),
+                                              add_special, parse_special)
+        if n < 0:
+            out.resize(-n)
+            n = llama.llama_tokenize(self.vocab, data, len(data), out.data(), out.size(), add_special, parse_special)
+        if n < 0:
+            raise ValueError("tokenization failed")
+        return [out[i] for i in range(n)]
 
     cdef bytes _piece(self, llama_token token, bint special):
         cdef char buf[64]
         cdef int32_t n = llama.llama_token_to_piece(self.vocab, token, buf, sizeof(buf), 0, special)
         if n >= 0:
             return buf[:n]
-        cdef char * big = <char *>malloc(-n)
-        try:
-            n = llama.llama_token_to_piece(self.vocab, token, big, -n, 0, special)
-            return big[:max(n, 0)]
-        finally:
-            free(big)
+        cdef vector[char] big = vector[char](-n)
+        n = llama.llama_token_to_piece(self.vocab, token, big.data(), big.size(), 0, special)
+        return big.data()[:max(n, 0)]
 
     def token_to_piece(self, int token, bint special=False):
         """The bytes one token stands for (may be part of a multi-byte UTF-8 character)."""
@@ -257,64 +243,49 @@ cdef class Model:
         cdef Py_ssize_t n = len(tokens)
         if n == 0:
             return b""
-        cdef llama_token * buf = <llama_token *>malloc(n * sizeof(llama_token))
-        cdef char * text = NULL
-        cdef int32_t cap, got
-        if buf == NULL:
-            raise MemoryError()
-        try:
-            for i in range(n):
-                buf[i] = tokens[i]
-            self._check_tokens(buf, n)
-            cap = <int32_t>(n * 8 + 16)
-            text = <char *>malloc(cap)
-            got = llama.llama_detokenize(self.vocab, buf, n, text, cap, remove_special, unparse_special)
-            if got < 0:
-                cap = -got
-                free(text)
-                text = <char *>malloc(cap)
-                got = llama.llama_detokenize(self.vocab, buf, n, text, cap, remove_special, unparse_special)
-            if got < 0:
-                raise ValueError("detokenization failed")
-            return text[:got]
-        finally:
-            free(buf)
-            free(text)
+        cdef vector[llama_token] ids = vector[llama_token](n)
+        cdef Py_ssize_t i
+        for i in range(n):
+            ids[i] = tokens[i]
+        self._check_tokens(ids.data(), n)
+        cdef vector[char] text = vector[char](n * 8 + 16)
+        cdef int32_t got = llama.llama_detokenize(self.vocab, ids.data(), n, text.data(), text.size(),
+                                                  remove_special, unparse_special)
+        if got < 0:
+            text.resize(-got)
+            got = llama.llama_detokenize(self.vocab, ids.data(), n, text.data(), text.size(),
+                                         remove_special, unparse_special)
+        if got < 0:
+            raise ValueError("detokenization failed")
+        return text.data()[:got]
 
 
-cdef llama.llama_model_kv_override * _build_kv_overrides(dict overrides) except NULL:
-    """Array of llama_model_kv_override terminated by an empty key (caller frees)."""
-    cdef Py_ssize_t n = len(overrides)
-    cdef llama.llama_model_kv_override * arr = <llama.llama_model_kv_override *>calloc(n + 1, sizeof(llama.llama_model_kv_override))
-    if arr == NULL:
-        raise MemoryError()
+cdef int _build_kv_overrides(dict overrides, vector[llama.llama_model_kv_override] & out) except -1:
+    """Fill `out` with one llama_model_kv_override per entry plus the empty-key terminator."""
+    out.resize(len(overrides) + 1)            # value-initialised: the last one stays all zero
     cdef bytes bkey, bval
-    i = 0
+    cdef Py_ssize_t i = 0
     for key, value in overrides.items():
         bkey = str(key).encode()
         if len(bkey) >= 128:
-            free(arr)
             raise ValueError(f"kv_overrides key {key!r} is longer than 127 bytes")
-        strncpy(arr[i].key, bkey, 127)
+        strncpy(out[i].key, bkey, 127)
         if isinstance(value, bool):
-            arr[i].tag = llama.LLAMA_KV_OVERRIDE_TYPE_BOOL
-            arr[i].val_bool = value
+            out[i].tag = llama.LLAMA_KV_OVERRIDE_TYPE_BOOL
+            out[i].val_bool = value
         elif isinstance(value, int):
-            arr[i].tag = llama.LLAMA_KV_OVERRIDE_TYPE_INT
-            arr[i].val_i64 = value
+            out[i].tag = llama.LLAMA_KV_OVERRIDE_TYPE_INT
+            out[i].val_i64 = value
         elif isinstance(value, float):
-            arr[i].tag = llama.LLAMA_KV_OVERRIDE_TYPE_FLOAT
-            arr[i].val_f64 = value
+            out[i].tag = llama.LLAMA_KV_OVERRIDE_TYPE_FLOAT
+            out[i].val_f64 = value
         elif isinstance(value, str):
             bval = value.encode()
             if len(bval) >= 128:
-                free(arr)
                 raise ValueError(f"kv_overrides value for {key!r} is longer than 127 bytes")
-            arr[i].tag = llama.LLAMA_KV_OVERRIDE_TYPE_STR
-            strncpy(arr[i].val_str, bval, 127)
+            out[i].tag = llama.LLAMA_KV_OVERRIDE_TYPE_STR
+            strncpy(out[i].val_str, bval, 127)
         else:
-            free(arr)
             raise TypeError(f"kv_overrides value for {key!r} must be bool, int, float or str")
         i += 1
-    return arr
-
+    return 0

@@ -75,17 +75,14 @@ cdef class Sampler:
     def logit_bias(self, Model model not None, bias):
         """Add bias[token] to the logit of each token ({token_id: bias})."""
         items = list(dict(bias).items())
-        cdef Py_ssize_t n = len(items)
-        cdef llama.llama_logit_bias * arr = <llama.llama_logit_bias *>malloc(max(n, 1) * sizeof(llama.llama_logit_bias))
-        try:
-            for k, (token, value) in enumerate(items):
-                model._check_token(int(token))
-                arr[k].token = int(token)
-                arr[k].bias = float(value)
-            self.n_vocab = model.n_vocab
-            return self._add(llama.llama_sampler_init_logit_bias(model.n_vocab, n, arr), "logit_bias")
-        finally:
-            free(arr)
+        cdef vector[llama.llama_logit_bias] arr = vector[llama.llama_logit_bias](len(items))
+        for k, (token, value) in enumerate(items):
+            model._check_token(int(token))
+            arr[k].token = int(token)
+            arr[k].bias = float(value)
+        self.n_vocab = model.n_vocab
+        # llama.cpp copies the array: it need not outlive the call
+        return self._add(llama.llama_sampler_init_logit_bias(model.n_vocab, arr.size(), arr.data()), "logit_bias")
 
     def grammar(self, Model model not None, str grammar, str root="root"):
         """Constrain tokens to a GBNF grammar; ValueError with llama.cpp's reason if it does not parse."""
@@ -108,7 +105,7 @@ cdef class Sampler:
         """Pick a token from output `idx` of the last decode and accept it into the chain."""
         if self.chain == NULL or not self.stages:
             raise ValueError("sampler chain is empty")
-        last = self.stages[len(self.stages) - 1]   # (wraparound is off: no [-1])
+        last = self.stages[-1]
         if last not in _SELECTING_STAGES:
             # llama.cpp asserts (aborts the process) when no stage selected a token
             raise ValueError(f"the sampler chain must end with a selecting stage "

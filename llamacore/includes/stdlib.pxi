@@ -1,0 +1,20 @@
+# Everything the included core/*.pyx files import, in one place: they all share the one module
+# namespace of _core.pyx, which includes this file first (as uvloop's includes/stdlib.pxi).
+
+cimport cython
+cimport numpy as cnp
+from libc.string cimport memcpy, strncpy
+from libcpp cimport bool as cbool
+from libcpp.vector cimport vector
+
+from llamacore.includes cimport ggml
+
+import collections
+import errno
+import logging
+import os
+
+import numpy as np
+
+from llamacore.errors import ContextFullError, DecodeAbortedError, DecodeError
+from llamacore.gguf_check import check_gguf_file as _check_gguf_file
