@@ -5,6 +5,7 @@ from os import PathLike
 
 import numpy as np
 import numpy.typing as npt
+from typing_extensions import disjoint_base
 
 POOLING_TYPES: dict[str, int]
 
@@ -14,6 +15,7 @@ def llama_cpp_version() -> str: ...
 def supports_gpu_offload() -> bool: ...
 def max_parallel_sequences() -> int: ...
 
+@disjoint_base
 class Model:
     path: str
     n_vocab: int
@@ -78,6 +80,7 @@ class Model:
     def detokenize(self, tokens: Sequence[int], remove_special: bool = False,
                    unparse_special: bool = False) -> bytes: ...
 
+@disjoint_base
 class LoraAdapter:
     model: Model
     path: str
@@ -91,11 +94,12 @@ class LoraAdapter:
     @property
     def base_model(self) -> str | None: ...
 
+@disjoint_base
 class Batch:
     capacity: int
     embd: int
     n_seq_max: int
-    def __init__(self, capacity: int, embd: int = 0, n_seq_max: int = 1) -> None: ...
+    def __new__(cls, capacity: int, embd: int = 0, n_seq_max: int = 1) -> Batch: ...   # __cinit__ takes them
     def __len__(self) -> int: ...
     @property
     def n_tokens(self) -> int: ...
@@ -107,6 +111,7 @@ class Batch:
     def set_logits(self, index: int, value: bool = True) -> None: ...
     def output_indices(self) -> list[int]: ...
 
+@disjoint_base
 class Context:
     model: Model
     n_ctx: int
@@ -160,6 +165,7 @@ class Context:
     def save_state_file(self, path: str | PathLike[str], tokens: Sequence[int] = ()) -> None: ...
     def load_state_file(self, path: str | PathLike[str]) -> list[int]: ...
 
+@disjoint_base
 class Sampler:
     stages: list[str]
     def __init__(self) -> None: ...

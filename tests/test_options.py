@@ -170,3 +170,21 @@ def test_registry_passes_the_seed_to_the_engine(model_file, monkeypatch):
     (_, first), (_, second) = made
     assert first["seed"] == 42 and second["seed"] is None
     assert first["model_kwargs"] == {"use_mmap": False} and first["context_kwargs"] == {"n_batch": 64}
+
+
+@pytest.mark.parametrize("name", ["Model", "LoraAdapter", "Batch", "Context", "Sampler"])
+def test_stub_constructors_match_the_compiled_ones(name):
+    """stubtest cannot see a compiled class's constructor parameters; the embedded signature can."""
+    import ast
+
+    from llamacore import _core
+
+    stub = ast.parse((Path(_core.__file__).parent / "_core.pyi").read_text())
+    cls = next(n for n in stub.body if isinstance(n, ast.ClassDef) and n.name == name)
+    init = [f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name in ("__init__", "__new__")]
+    stub_params = {a.arg for f in init for a in f.args.args[1:] + f.args.kwonlyargs}
+    runtime = getattr(_core, name)
+    if runtime.__doc__.startswith(f"{name}("):
+        assert stub_params == embedded_parameters(runtime)
+    else:       # arguments taken by __cinit__, whose signature Cython does not embed: call with them
+        runtime(**dict.fromkeys(stub_params, 1))
