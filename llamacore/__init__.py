@@ -18,7 +18,11 @@ _EXPORTS = {
     "Llama": "llama",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "Batch", "Context", "ContextFullError", "DecodeAbortedError", "DecodeError", "Llama", "LoraAdapter",
+    "Model", "Sampler", "llama_cpp_version", "max_parallel_sequences", "set_verbose",
+    "supports_gpu_offload", "system_info",
+]
 
 if _TYPE_CHECKING:
     from llamacore._core import (

@@ -233,9 +233,9 @@ def kind_problems(load: Mapping[str, Any]) -> list[tuple[str, str]]:
     model, seed (the default sampling seed) nothing to an embedding model.
     """
     if load.get("embedding"):
-        return [(key, "applies only to generation models (embedding models do not sample); "
-                      "remove it from this entry or from defaults")
+        return [(key, ("applies only to generation models (embedding models do not sample); "
+                       "remove it from this entry or from defaults"))
                 for key in sorted(GENERATION_ONLY_KEYS & load.keys())]
-    return [(key, "applies only to embedding models (embedding: true); "
-                  "remove it from this entry or from defaults")
+    return [(key, ("applies only to embedding models (embedding: true); "
+                   "remove it from this entry or from defaults"))
             for key in sorted(EMBEDDING_ONLY_KEYS & load.keys())]
