@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from functools import lru_cache
 from types import MappingProxyType
-from typing import Any, ClassVar
+from typing import Any
 
 from jinja2 import nodes
 from jinja2.exceptions import SecurityError
@@ -37,7 +37,7 @@ class _GenerationTag(Extension):
     contain it and would otherwise fail to compile.
     """
 
-    tags: ClassVar[set[str]] = {"generation"}
+    tags = {"generation"}
 
     def parse(self, parser: Any) -> list[nodes.Node]:
         next(parser.stream)

@@ -342,7 +342,8 @@ class _Converter:
     def grammar(self) -> str:
         self.rules["root"] = self.body(self.document, "root", "#")
         lines = [f"{name} ::= {body}" for name, body in self.rules.items()]
-        used, todo = set(), list(self.rules.values())
+        used: set[str] = set()
+        todo = list(self.rules.values())
         while todo:  # shared rules reachable from the schema's rules
             for name in set(_NAME.findall(_TERMINALS.sub(" ", todo.pop()))) & _PRIMITIVES.keys() - used:
                 used.add(name)

@@ -180,7 +180,7 @@ class Llama:
             self.ctx.kv_clear()
             keep = 0
         del self._cached[keep:]
-        rows = []
+        rows: list = []
         batch, step = self._batch, self.ctx.n_batch
         for start in range(keep, len(tokens), step):
             chunk = tokens[start:start + step]
@@ -300,7 +300,7 @@ class Llama:
                 finish = FinishReason.STOP
                 break
             n_out += 1
-            entry = TokenLogprob.from_logits(self.ctx.logits(-1), token, n_logprobs, piece) if want_lp else None
+            entry = TokenLogprob.from_logits(self.ctx.logits(-1), token, n_logprobs or 0, piece) if want_lp else None
             delta = stream.push(self.model.token_to_piece(token))
             if delta or entry is not None:
                 yield Text(delta, entry)

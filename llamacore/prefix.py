@@ -8,15 +8,16 @@ at the same scales: the `AdapterKey` of the set is compared.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping, Sequence
 
 AdapterKey = tuple[tuple[str, float], ...]     # ((adapter path, scale), ...) with scale != 0, sorted
 
 
-def adapter_key(scales: Mapping[str, float] | Iterable[tuple[str, float]]) -> AdapterKey:
+def adapter_key(scales: Mapping[str, float] | Iterable[tuple[str | os.PathLike[str], float]]) -> AdapterKey:
     """The canonical key of an adapter set: zero scales dropped, sorted by path."""
     items = scales.items() if isinstance(scales, Mapping) else scales
-    return tuple(sorted((str(p), float(s)) for p, s in items if float(s) != 0.0))
+    return tuple(sorted((os.fspath(p), float(s)) for p, s in items if float(s) != 0.0))
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:

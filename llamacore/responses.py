@@ -252,7 +252,9 @@ def assistant_message(text: str, finish: FinishReason | None,
     if tool_style is not None:
         content, calls = tool_calls.parse(text, tool_style)
         if calls:
-            return {"role": "assistant", "content": content, "tool_calls": calls}, FinishReason.TOOL_CALLS
+            message: ChatCompletionResponseMessage = {"role": "assistant", "content": content,
+                                                      "tool_calls": calls}  # type: ignore[typeddict-item]
+            return message, FinishReason.TOOL_CALLS
     return {"role": "assistant", "content": text}, finish
 
 

@@ -70,7 +70,8 @@ def forcing_grammar(tools: list[dict[str, Any]], style: str) -> str:
 def _decode_objects(text: str) -> list[dict[str, Any]]:
     """Every top-level JSON object or array of objects found in `text`."""
     decoder = json.JSONDecoder()
-    found, i = [], 0
+    found: list[dict[str, Any]] = []
+    i = 0
     while i < len(text):
         if text[i] in "{[":
             try:

@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, Protocol
 
 
-async def merge(streams: list[AsyncIterator[Any]]) -> AsyncIterator[tuple[int, Any]]:
+class Stream(Protocol):
+    """An async iterable that can be closed early (an async generator, a Generation)."""
+
+    def __aiter__(self) -> AsyncIterator[Any]: ...
+
+    async def aclose(self) -> None: ...
+
+
+async def merge(streams: Sequence[Stream]) -> AsyncIterator[tuple[int, Any]]:
     """Items of several async iterators as they arrive, tagged with the iterator's index."""
     if len(streams) == 1:
         async for item in streams[0]:
@@ -15,7 +23,7 @@ async def merge(streams: list[AsyncIterator[Any]]) -> AsyncIterator[tuple[int, A
         return
     queue: asyncio.Queue[tuple[int, Any, BaseException | None, bool]] = asyncio.Queue()
 
-    async def pump(i: int, stream: AsyncIterator[Any]) -> None:
+    async def pump(i: int, stream: Stream) -> None:
         try:
             async for item in stream:
                 await queue.put((i, item, None, False))

@@ -5,7 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import signal
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
@@ -78,9 +81,10 @@ def create_app(config: ServerConfig) -> Starlette:
         middleware.append(Middleware(CORSMiddleware, allow_origins=list(config.cors_origins),
                                      allow_methods=["GET", "POST", "OPTIONS"], allow_headers=["*"]))
     middleware.append(Middleware(APIKeyAuth, api_key=config.api_key))
-    app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan,
-                    exception_handlers={APIError: _api_error, **{cls: _api_error for cls in KNOWN_ERRORS},
-                                        HTTPException: _http_error, Exception: _unexpected})
+    handlers: dict[Any, Callable[[Request, Any], Awaitable[Response]]] = {
+        APIError: _api_error, **{cls: _api_error for cls in KNOWN_ERRORS},
+        HTTPException: _http_error, Exception: _unexpected}
+    app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan, exception_handlers=handlers)
     app.state.config = config
     app.state.registry = registry
     app.state.metrics = metrics
@@ -121,5 +125,5 @@ def serve(config: ServerConfig) -> None:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = create_app(config)
     uvicorn_config = uvicorn.Config(app, host=config.host, port=config.port, log_level=config.log_level.lower(),
-                                    timeout_graceful_shutdown=config.shutdown_grace + _CUT_MARGIN)
+                                    timeout_graceful_shutdown=math.ceil(config.shutdown_grace + _CUT_MARGIN))
     _Server(uvicorn_config, app.state.drain, config.shutdown_grace).run()

@@ -161,7 +161,8 @@ def describe(config: ServerConfig) -> str:
     """A readable summary of a resolved config: what ``check`` and ``--print-config`` print."""
     server = (f"server: http://{config.host}:{config.port}  api key: {'set' if config.api_key else 'none'}  "
               f"log level: {config.log_level}  cors: {', '.join(config.cors_origins) or '-'}")
-    registry = (f"registry: default model: {config.default_entry().alias}  "
+    default = config.default_entry()
+    registry = (f"registry: default model: {default.alias if default else '-'}  "
                 f"max loaded models: {config.max_loaded_models or '-'}  "
                 f"memory budget: {_bytes(config.memory_budget)}  "
                 f"idle unload: {_seconds(config.idle_unload)}  "

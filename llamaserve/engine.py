@@ -115,9 +115,9 @@ class Engine:
         error = EngineClosedError("model was unloaded")
         self._emit([(req, Failed(error)) for req in inbox] + self.scheduler.close(error))
         self._samplers.clear()
-        self.ctx = None
         self.adapters = {}
-        self.model = None
+        self.ctx = None       # type: ignore[assignment]  # frees the context now; the engine is done
+        self.model = None     # type: ignore[assignment]
 
     # -- worker ------------------------------------------------------------------------------
 
@@ -189,7 +189,7 @@ class Engine:
         sampled: list[Sampled | BaseException] = []
         for row, index in zip(plan.sample, out_index):
             try:
-                sampled.append(self._sample(row.slot.req, index))
+                sampled.append(self._sample(row.slot.req, index))   # type: ignore[arg-type]  # a planned row has a request
             except Exception as exc:
                 sampled.append(exc)
         self._emit(self.scheduler.on_sampled(plan, sampled))

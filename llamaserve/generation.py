@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 
 from llamacore.events import EngineEvent, Failed, Finished, FinishReason, Text, TextEvent, Token
 from llamacore.prefix import AdapterKey
@@ -47,7 +47,7 @@ def generate(engine: Engine, tokens: list[int], sampling: SamplingParams, *, max
 class Generation:
     """A submitted generation: an async iterator of its Text events and Finished."""
 
-    def __init__(self, req: GenRequest, events: AsyncIterator[TextEvent]) -> None:
+    def __init__(self, req: GenRequest, events: AsyncGenerator[TextEvent, None]) -> None:
         self.req, self.events = req, events
 
     def __aiter__(self) -> AsyncIterator[TextEvent]:
@@ -61,7 +61,7 @@ class Generation:
 
 
 async def _texts(engine: Engine, req: GenRequest, events: asyncio.Queue[EngineEvent], started: float,
-                 n_prompt: int, stops: list[str], metrics: Metrics, model_name: str) -> AsyncIterator[TextEvent]:
+                 n_prompt: int, stops: list[str], metrics: Metrics, model_name: str) -> AsyncGenerator[TextEvent, None]:
     stream = TextStream(stops)
     first, count, finished = None, 0, False
     try:

@@ -46,7 +46,7 @@ class RequestMetrics:
     def __init__(self, app: ASGIApp, metrics: Metrics, routes: Sequence[Route]) -> None:
         self.app = app
         self.metrics = metrics
-        self.templates = {route.endpoint: route.path for route in routes}
+        self.templates: dict[object, str] = {route.endpoint: route.path for route in routes}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

@@ -17,7 +17,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from llamacore import Llama
+from llamacore import Llama, Model
 from llamacore.chat_format import resolve_template
 from llamacore.options import CONTEXT_KEYS, MODEL_KEYS
 from llamaserve.config import ModelEntry, ServerConfig
@@ -43,11 +43,14 @@ class Loaded:
     templates: dict[str, str] = field(default_factory=dict)
 
     @property
-    def model(self):
-        return self.engine.model if self.engine is not None else self.embedder.model
+    def model(self) -> Model:
+        if self.engine is not None:
+            return self.engine.model
+        assert self.embedder is not None, "an unloaded base has no model"
+        return self.embedder.model
 
     def memory_bytes(self) -> int:
-        return self.engine.memory_bytes() if self.engine is not None else self.embedder.model.size
+        return self.engine.memory_bytes() if self.engine is not None else self.model.size
 
     def chat_template(self, entry: ModelEntry) -> str:
         if entry.alias not in self.templates:
@@ -56,7 +59,7 @@ class Loaded:
         return self.templates[entry.alias]
 
     def busy(self) -> bool:
-        return self.in_use > 0 or (self.engine is not None and (self.engine.active or self.engine.queued))
+        return self.in_use > 0 or (self.engine is not None and bool(self.engine.active or self.engine.queued))
 
     def close(self) -> None:
         if self.engine is not None:

@@ -232,7 +232,7 @@ class Scheduler:
 
     def close(self, error: BaseException) -> Emitted:
         """End every waiting and running request with `error`."""
-        events = [(req, Failed(error)) for req in self.waiting]
+        events: Emitted = [(req, Failed(error)) for req in self.waiting]
         self.waiting.clear()
         for slot in self.slots:
             if slot.req is not None:

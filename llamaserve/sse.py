@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from starlette.background import BackgroundTask
@@ -16,7 +16,7 @@ def event(data: Any) -> str:
     return f"data: {json.dumps(data, ensure_ascii=False, separators=(',', ':'))}\n\n"
 
 
-def sse_response(chunks: AsyncIterator[dict[str, Any]],
+def sse_response(chunks: AsyncGenerator[Any, None],
                  release: Callable[[], Awaitable[Any]]) -> StreamingResponse:
     """Stream chunks as `data:` lines ending with [DONE]; a failure mid-stream becomes an error event.
 

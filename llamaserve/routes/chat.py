@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncGenerator
 from contextlib import AsyncExitStack
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 
 from llamacore import tool_calls
 from llamacore.chat import grammar_for, prompt_tokens, tool_setup
-from llamacore.responses import ChatStream, CreateChatCompletionResponse, Envelope, usage
+from llamacore.responses import (
+    ChatStream,
+    CreateChatCompletionResponse,
+    CreateChatCompletionStreamResponse,
+    Envelope,
+    usage,
+)
 from llamaserve.choices import Choice, run_choices
 from llamaserve.errors import APIError
 from llamaserve.routes.requests import (
@@ -29,8 +35,7 @@ async def chat_completions(request: Request) -> Response:
     state = request.app.state
 
     async def prepare(stack: AsyncExitStack) -> Prepared:
-        entry, loaded = await acquire_engine(stack, state.registry, body.model)
-        engine = loaded.engine
+        entry, loaded, engine = await acquire_engine(stack, state.registry, body.model)
         template = loaded.chat_template(entry)
         messages = [m.model_dump(exclude_none=True) for m in body.messages]
         try:
@@ -54,7 +59,7 @@ async def chat_completions(request: Request) -> Response:
             n_out = sum(c.n_generated for c in choices)
             return envelope.chat([c.chat_choice(style) for c in choices], usage(len(tokens), n_out))
 
-        async def chunks() -> Any:
+        async def chunks() -> AsyncGenerator[CreateChatCompletionStreamResponse, None]:
             streams = {c.index: ChatStream(envelope, c, style) for c in choices}
             for s in streams.values():
                 yield s.start()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncGenerator
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -58,8 +59,7 @@ async def completions(request: Request) -> Response:
         raise APIError(400, str(exc)) from None
 
     async def prepare(stack: AsyncExitStack) -> Prepared:
-        entry, loaded = await acquire_engine(stack, state.registry, body.model)
-        engine = loaded.engine
+        entry, _, engine = await acquire_engine(stack, state.registry, body.model)
         prompts = _prompts(body, engine.model)
         for tokens in prompts:
             check_prompt_fits(len(tokens), engine.n_ctx_seq)
@@ -78,7 +78,7 @@ async def completions(request: Request) -> Response:
             return envelope.completion([c.completion_choice(echo[c.index]) for c in choices],
                                        usage(n_prompt, sum(c.n_generated for c in choices)))
 
-        async def chunks() -> Any:
+        async def chunks() -> AsyncGenerator[CreateCompletionResponse, None]:
             for c in choices:
                 if echo[c.index]:
                     yield envelope.completion_chunk(c.index, echo[c.index])

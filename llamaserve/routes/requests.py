@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
 from typing import Any, TypeVar
 
@@ -13,6 +13,7 @@ from starlette.responses import JSONResponse, Response
 
 from llamacore.prefix import AdapterKey, adapter_key
 from llamaserve.config import ModelEntry
+from llamaserve.engine import Engine
 from llamaserve.errors import APIError
 from llamaserve.registry import Loaded, Registry
 from llamaserve.sse import sse_response
@@ -56,12 +57,13 @@ async def acquire(stack: AsyncExitStack, registry: Registry, name: str | None) -
     return entry, loaded
 
 
-async def acquire_engine(stack: AsyncExitStack, registry: Registry, name: str | None) -> tuple[ModelEntry, Loaded]:
-    """(entry, loaded base) of a generation model, pinned until `stack` closes."""
+async def acquire_engine(stack: AsyncExitStack, registry: Registry,
+                         name: str | None) -> tuple[ModelEntry, Loaded, Engine]:
+    """(entry, loaded base, its engine) of a generation model, pinned until `stack` closes."""
     entry, loaded = await acquire(stack, registry, name)
     if loaded.engine is None:
         raise APIError(400, f"model '{entry.alias}' is an embedding model; use /v1/embeddings", param="model")
-    return entry, loaded
+    return entry, loaded, loaded.engine
 
 
 def entry_adapters(entry: ModelEntry) -> AdapterKey:
@@ -75,7 +77,8 @@ def check_prompt_fits(n_tokens: int, n_ctx: int) -> None:
                        code="context_length_exceeded")
 
 
-Prepared = tuple[AsyncIterator[Any], Callable[[], AsyncIterator[dict[str, Any]]], Callable[[], dict[str, Any]]]
+# (events to drain, the stream's chunks, the JSON result once drained)
+Prepared = tuple[AsyncIterator[Any], Callable[[], AsyncGenerator[Any, None]], Callable[[], Mapping[str, Any]]]
 
 
 async def respond(stream: bool, prepare: Callable[[AsyncExitStack], Awaitable[Prepared]]) -> Response:
