@@ -19,7 +19,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from llamaserve.config import ServerConfig
 from llamaserve.errors import KNOWN_ERRORS, APIError, api_error_for
 from llamaserve.metrics import Metrics
 from llamaserve.middleware import APIKeyAuth, RequestMetrics
@@ -29,6 +28,7 @@ from llamaserve.routes.chat import chat_completions
 from llamaserve.routes.completions import completions
 from llamaserve.routes.embeddings import embeddings
 from llamaserve.routes.models import admin_load, admin_models, admin_unload, health, list_models, prometheus
+from llamaserve.settings import ServerConfig
 from llamaserve.shutdown import Drain, DrainMiddleware
 
 log = logging.getLogger("llamaserve")

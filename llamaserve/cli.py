@@ -15,16 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from llamaserve import __version__
-from llamaserve.config import (
-    ConfigError,
-    ModelsDirScan,
-    ServerConfig,
-    load_config,
-    parse_config,
-    read_config_data,
-    scan_models_dir,
-)
+from llamaserve.config import ConfigError, ServerConfig, load_config, parse_config, read_config_data
 from llamaserve.config_keys import LOG_LEVELS
+from llamaserve.discovery import ModelsDirScan, scan_models_dir
 
 __all__ = ["build_parser", "config_from_args", "describe", "main", "starter_config", "write_starter_config"]
 

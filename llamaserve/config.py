@@ -1,7 +1,8 @@
 """Server configuration: read YAML/TOML/JSON, validate everything, resolve model files.
 
 A broken config must stop the server before it binds a port, with every problem reported at
-once and each naming the file and the key, so users fix all of them in one pass.
+once and each naming the file and the key, so users fix all of them in one pass. The result
+is a `ServerConfig` of `ModelEntry`s (llamaserve.settings).
 """
 
 from __future__ import annotations
@@ -10,9 +11,6 @@ import json
 import logging
 import os
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -20,7 +18,7 @@ from typing import Any
 import tomllib
 
 from llamacore.chat_format import TEMPLATES
-from llamacore.gguf_header import GGUFHeader, read_header
+from llamacore.gguf_header import GGUFHeader
 from llamaserve.config_keys import (
     ENTRY_KEYS,
     LOAD_KEYS,
@@ -36,15 +34,16 @@ from llamaserve.config_keys import (
     string,
     suggest,
 )
+from llamaserve.discovery import cached_header, discover
+from llamaserve.settings import ModelEntry, ServerConfig
 
 __all__ = [
-    "ConfigError", "ModelEntry", "ModelsDirScan", "ServerConfig", "load_config", "parse_config",
-    "parse_duration", "parse_size", "read_config_data", "scan_models_dir",
+    "ConfigError", "ModelEntry", "ServerConfig", "load_config", "parse_config",
+    "parse_duration", "parse_size", "read_config_data",
 ]
 
 log = logging.getLogger(__name__)
 
-_SPLIT_PART = re.compile(r"^(?P<stem>.+)-(?P<part>\d{5})-of-(?P<total>\d{5})\.gguf$")
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _MAX_DEPTH = 64      # far beyond any real config; deeper data would overflow the recursive checks
 _MAX_VALUES = 1_000_000
@@ -58,71 +57,6 @@ class ConfigError(Exception):
     def __init__(self, problems: list[str]) -> None:
         super().__init__("\n".join(problems))
         self.problems = problems
-
-
-@dataclass(frozen=True)
-class ModelEntry:
-    """One servable name (plus extra names): a base model file, its load options and adapters."""
-
-    alias: str
-    aliases: tuple[str, ...]
-    model: Path
-    lora_adapters: tuple[tuple[Path, float], ...] = ()
-    load: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}), hash=False)
-    chat_format: str | None = None
-    chat_template: str | None = None
-    idle_unload: float | None = None
-    parallel: int | None = None
-    max_queue: int | None = None
-    lora_steps_per_turn: int | None = None
-    kv_unified: bool | None = None
-
-    def names(self) -> tuple[str, ...]:
-        return (self.alias, *self.aliases)
-
-    def base_key(self) -> tuple:
-        """Entries with equal keys share one loaded base model (and hot-swap their adapters)."""
-        return str(self.model), _hashable(self.load)
-
-
-@dataclass(frozen=True)
-class ServerConfig:
-    """Everything the server needs; idle_unload None (or inf) means never unload."""
-
-    host: str = "127.0.0.1"
-    port: int = 8000
-    api_key: str | None = None
-    default_model: str | None = None
-    models_dir: Path | None = None
-    max_loaded_models: int | None = None
-    memory_budget: int | None = None
-    idle_unload: float | None = 300
-    parallel: int = 4
-    max_queue: int = 64
-    lora_steps_per_turn: int = 8
-    kv_unified: bool = True
-    log_level: str = "info"
-    cors_origins: tuple[str, ...] = ()
-    max_body_bytes: int = 4 * 1024 * 1024
-    shutdown_grace: float = 10.0
-    models: tuple[ModelEntry, ...] = ()
-    source: Path | None = None
-
-    def find(self, name: str) -> ModelEntry | None:
-        return next((m for m in self.models if name in m.names()), None)
-
-    def default_entry(self) -> ModelEntry | None:
-        if self.default_model is not None:
-            return self.find(self.default_model)
-        return self.models[0] if self.models else None
-
-
-def _hashable(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
-    if isinstance(value, (list, tuple)):
-        return tuple(_hashable(v) for v in value)
-    return value
 
 
 # -- reading ---------------------------------------------------------------------------------
@@ -165,53 +99,6 @@ def load_config(path: str | os.PathLike[str]) -> ServerConfig:
     """Read, validate and resolve a config file; relative paths are relative to its folder."""
     path = Path(path)
     return parse_config(read_config_data(path), path, path.absolute().parent)
-
-
-# -- models_dir ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ModelsDirScan:
-    """What a folder of GGUF files holds: servable models (alias, first file), adapters, junk."""
-
-    models: tuple[tuple[str, Path, str | None], ...]   # (alias, file, architecture)
-    adapters: tuple[tuple[Path, str | None], ...]      # (file, architecture)
-    unreadable: tuple[tuple[Path, str], ...]        # (file, reason)
-
-
-def scan_models_dir(directory: Path) -> ModelsDirScan:
-    """Classify ``directory/*.gguf`` (not recursive) from their headers alone.
-
-    Skipped as models: LoRA adapters, multimodal projectors (mmproj* or clip), and parts 2..N
-    of split models (the first part, named without its -0000N-of-0000M suffix, stands for all).
-    """
-    models, adapters, unreadable = [], [], []
-    for path in sorted(p for p in directory.glob("*.gguf") if p.is_file()):
-        split = _SPLIT_PART.match(path.name)
-        if split and int(split["part"]) > 1:
-            continue
-        try:
-            header = _header(path)
-        except (OSError, ValueError) as e:
-            unreadable.append((path, str(e)))
-            continue
-        if header.type == "adapter":
-            adapters.append((path, header.architecture))
-        elif not (path.name.lower().startswith("mmproj") or header.type == "mmproj"
-                  or header.architecture == "clip"):
-            models.append((split["stem"] if split else path.stem, path, header.architecture))
-    return ModelsDirScan(tuple(models), tuple(adapters), tuple(unreadable))
-
-
-def _header(path: Path) -> GGUFHeader:
-    stat = path.stat()
-    return _cached_header(str(path), stat.st_mtime_ns, stat.st_size)
-
-
-@lru_cache(maxsize=256)
-def _cached_header(path: str, mtime_ns: int, size: int) -> GGUFHeader:
-    """Headers keyed by file identity: many entries usually share one base file."""
-    return read_header(path)
 
 
 # -- parsing ---------------------------------------------------------------------------------
@@ -266,7 +153,7 @@ def parse_config(data: dict, source: Path | None, base_dir: Path) -> ServerConfi
     elif models_dir is not None:
         taken = {name for e in entries if e for name in e[1].names()}
         entries += [_entry(f"models_dir[{path.name}]", {**defaults, "alias": alias, "model": str(path)},
-                           base_dir, problems) for alias, path in _discover(models_dir) if alias not in taken]
+                           base_dir, problems) for alias, path in discover(models_dir) if alias not in taken]
     entries = [e for e in entries if e]
     _check_names(entries, settings.get("default_model"), problems)
     _check_chat_formats(entries, problems)
@@ -352,13 +239,6 @@ def _path(text: str, base_dir: Path) -> Path:
     return Path(os.path.normpath(base_dir / os.path.expanduser(text)))
 
 
-def _discover(models_dir: Path) -> list[tuple[str, Path]]:
-    scan = scan_models_dir(models_dir)
-    for path, reason in scan.unreadable:
-        log.warning("models_dir: skipping %s: %s", path, reason)
-    return [(alias, path) for alias, path, _ in scan.models]
-
-
 def _entry(label: str, raw: dict, base_dir: Path, problems: _Problems) -> tuple[str, ModelEntry] | None:
     """Build one entry from its merged keys, checking its files; None when it cannot be built."""
     if "model" not in raw:
@@ -407,7 +287,7 @@ def _gguf(path: Path, key: str, problems: _Problems) -> GGUFHeader | None:
         problems.add(key, f"file not found: {path}")
         return None
     try:
-        return _header(path)
+        return cached_header(path)
     except (OSError, ValueError) as e:
         problems.add(key, f"{path} is not a readable GGUF file: {e}")
         return None

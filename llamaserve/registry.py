@@ -20,10 +20,10 @@ from typing import Any
 from llamacore import Llama, Model
 from llamacore.chat_format import resolve_template
 from llamacore.options import CONTEXT_KEYS, MODEL_KEYS
-from llamaserve.config import ModelEntry, ServerConfig
 from llamaserve.engine import Engine
 from llamaserve.errors import CapacityError, ModelLoadError, UnknownModelError
 from llamaserve.metrics import Metrics
+from llamaserve.settings import ModelEntry, ServerConfig
 
 log = logging.getLogger("llamaserve.registry")
 

@@ -9,7 +9,8 @@ import pytest
 from gguf_files import fake_gguf, place
 from helpers import NO_MODELS, problems, yaml_config
 
-from llamaserve.config import parse_config, scan_models_dir
+from llamaserve.config import parse_config
+from llamaserve.discovery import scan_models_dir
 
 
 @pytest.fixture(scope="module")

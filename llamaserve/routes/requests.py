@@ -12,10 +12,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from llamacore.prefix import AdapterKey, adapter_key
-from llamaserve.config import ModelEntry
 from llamaserve.engine import Engine
 from llamaserve.errors import APIError
 from llamaserve.registry import Loaded, Registry
+from llamaserve.settings import ModelEntry
 from llamaserve.sse import sse_response
 
 T = TypeVar("T", bound=BaseModel)

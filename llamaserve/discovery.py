@@ -1,0 +1,72 @@
+"""Model-folder discovery: which GGUF files in a folder are servable models, adapters or unreadable.
+
+Used by `models_dir:` in a config and by `llamaserve init-config`; decisions come from the GGUF
+headers alone (nothing is loaded). Headers are cached by file identity, since many config
+entries usually share one base file.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from llamacore.gguf_header import GGUFHeader, read_header
+
+log = logging.getLogger("llamaserve.config")
+
+_SPLIT_PART = re.compile(r"^(?P<stem>.+)-(?P<part>\d{5})-of-(?P<total>\d{5})\.gguf$")
+
+
+@dataclass(frozen=True)
+class ModelsDirScan:
+    """What a folder of GGUF files holds: servable models (alias, first file), adapters, junk."""
+
+    models: tuple[tuple[str, Path, str | None], ...]   # (alias, file, architecture)
+    adapters: tuple[tuple[Path, str | None], ...]      # (file, architecture)
+    unreadable: tuple[tuple[Path, str], ...]        # (file, reason)
+
+
+def scan_models_dir(directory: Path) -> ModelsDirScan:
+    """Classify ``directory/*.gguf`` (not recursive) from their headers alone.
+
+    Skipped as models: LoRA adapters, multimodal projectors (mmproj* or clip), and parts 2..N
+    of split models (the first part, named without its -0000N-of-0000M suffix, stands for all).
+    """
+    models, adapters, unreadable = [], [], []
+    for path in sorted(p for p in directory.glob("*.gguf") if p.is_file()):
+        split = _SPLIT_PART.match(path.name)
+        if split and int(split["part"]) > 1:
+            continue
+        try:
+            header = cached_header(path)
+        except (OSError, ValueError) as e:
+            unreadable.append((path, str(e)))
+            continue
+        if header.type == "adapter":
+            adapters.append((path, header.architecture))
+        elif not (path.name.lower().startswith("mmproj") or header.type == "mmproj"
+                  or header.architecture == "clip"):
+            models.append((split["stem"] if split else path.stem, path, header.architecture))
+    return ModelsDirScan(tuple(models), tuple(adapters), tuple(unreadable))
+
+
+def cached_header(path: Path) -> GGUFHeader:
+    """The header of `path`, read once per (path, mtime, size)."""
+    stat = path.stat()
+    return _read_header(str(path), stat.st_mtime_ns, stat.st_size)
+
+
+@lru_cache(maxsize=256)
+def _read_header(path: str, mtime_ns: int, size: int) -> GGUFHeader:
+    return read_header(path)
+
+
+def discover(models_dir: Path) -> list[tuple[str, Path]]:
+    """(alias, file) of every model in `models_dir`; unreadable files are logged and skipped."""
+    scan = scan_models_dir(models_dir)
+    for path, reason in scan.unreadable:
+        log.warning("models_dir: skipping %s: %s", path, reason)
+    return [(alias, path) for alias, path, _ in scan.models]

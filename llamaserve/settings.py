@@ -1,0 +1,78 @@
+"""The resolved configuration the server runs on: a `ServerConfig` and its `ModelEntry`s.
+
+`llamaserve.config` builds these from a config file (or the CLI) after validating every key;
+everything downstream (registry, routes) reads only these frozen objects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """One servable name (plus extra names): a base model file, its load options and adapters."""
+
+    alias: str
+    aliases: tuple[str, ...]
+    model: Path
+    lora_adapters: tuple[tuple[Path, float], ...] = ()
+    load: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}), hash=False)
+    chat_format: str | None = None
+    chat_template: str | None = None
+    idle_unload: float | None = None
+    parallel: int | None = None
+    max_queue: int | None = None
+    lora_steps_per_turn: int | None = None
+    kv_unified: bool | None = None
+
+    def names(self) -> tuple[str, ...]:
+        return (self.alias, *self.aliases)
+
+    def base_key(self) -> tuple:
+        """Entries with equal keys share one loaded base model (and hot-swap their adapters)."""
+        return str(self.model), _hashable(self.load)
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Everything the server needs; idle_unload None (or inf) means never unload."""
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_key: str | None = None
+    default_model: str | None = None
+    models_dir: Path | None = None
+    max_loaded_models: int | None = None
+    memory_budget: int | None = None
+    idle_unload: float | None = 300
+    parallel: int = 4
+    max_queue: int = 64
+    lora_steps_per_turn: int = 8
+    kv_unified: bool = True
+    log_level: str = "info"
+    cors_origins: tuple[str, ...] = ()
+    max_body_bytes: int = 4 * 1024 * 1024
+    shutdown_grace: float = 10.0
+    models: tuple[ModelEntry, ...] = ()
+    source: Path | None = None
+
+    def find(self, name: str) -> ModelEntry | None:
+        return next((m for m in self.models if name in m.names()), None)
+
+    def default_entry(self) -> ModelEntry | None:
+        if self.default_model is not None:
+            return self.find(self.default_model)
+        return self.models[0] if self.models else None
+
+
+def _hashable(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(_hashable(v) for v in value)
+    return value
