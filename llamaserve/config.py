@@ -140,21 +140,21 @@ def parse_config(data: dict, source: Path | None, base_dir: Path) -> ServerConfi
     if not isinstance(raw_models, list):
         problems.add("models", f"expected a list of model entries, got {raw_models!r}")
         raw_models = []
-    entries = []
+    found: list[tuple[str, ModelEntry] | None] = []     # None: the entry had problems
     for i, item in enumerate(raw_models):
         raw = _mapping(item, f"models[{i}]", problems)
         fields = _fields(raw, ENTRY_KEYS, f"models[{i}].", problems)
         if "model" not in raw or "model" in fields:   # else its bad value is reported already
-            entries.append(_entry(f"models[{i}]", {**defaults, **fields}, base_dir, problems))
+            found.append(_entry(f"models[{i}]", {**defaults, **fields}, base_dir, problems))
 
     models_dir = _path(settings["models_dir"], base_dir) if settings.get("models_dir") else None
     if models_dir is not None and not _is(models_dir, Path.is_dir):
         problems.add("models_dir", f"not a directory: {models_dir}")
     elif models_dir is not None:
-        taken = {name for e in entries if e for name in e[1].names()}
-        entries += [_entry(f"models_dir[{path.name}]", {**defaults, "alias": alias, "model": str(path)},
+        taken = {name for e in found if e for name in e[1].names()}
+        found += [_entry(f"models_dir[{path.name}]", {**defaults, "alias": alias, "model": str(path)},
                            base_dir, problems) for alias, path in discover(models_dir) if alias not in taken]
-    entries = [e for e in entries if e]
+    entries = [e for e in found if e]
     _check_names(entries, settings.get("default_model"), problems)
     _check_chat_formats(entries, problems)
     if not raw_models and not entries:

@@ -42,7 +42,7 @@ def parse_size(text: int | str) -> int:
     base = 1000 if prefix and byte and not binary else 1024
     size = float(number) * base**exponent
     if not math.isfinite(size):
-        raise ValueError(f"size {text[:40]!r} is too large")
+        raise ValueError(f"size {str(text)[:40]!r} is too large")
     return round(size)
 
 
