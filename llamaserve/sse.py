@@ -20,7 +20,9 @@ def sse_response(chunks: AsyncGenerator[Any, None],
                  release: Callable[[], Awaitable[Any]]) -> StreamingResponse:
     """Stream chunks as `data:` lines ending with [DONE]; a failure mid-stream becomes an error event.
 
-    `release` (unpinning the model) runs when the stream ends, fails or the client disconnects.
+    `release` (unpinning the model) runs when the stream ends, fails or the client disconnects:
+    from the body's `finally`, and again as the response's background task for a client gone
+    before the body started. Running it twice is safe (`AsyncExitStack.aclose` is idempotent).
     """
     async def body() -> AsyncIterator[str]:
         try:
