@@ -300,6 +300,8 @@ SERVED = ["truncated-data-4k", "tensor-offset-2^62", "tensor-ne0-2^62", "kv-arch
           "kv-block-count-0", "kv-tokens-one-duplicate"]
 
 
+@pytest.mark.server
+@pytest.mark.slow
 def test_server_reports_corrupt_models_and_keeps_serving(corpus, tmp_path, tiny_model_path, lora_wrong_shape_path):
     models, adapters = corpus
     config = {

@@ -19,6 +19,9 @@ from helpers import assert_openai_error, check_error_body
 from hypothesis import strategies as st
 from server import ServerProcess
 
+# each test here talks to a real llamaserve process
+pytestmark = [pytest.mark.server, pytest.mark.slow]
+
 COMPLETIONS, CHAT, EMBEDDINGS = "/v1/completions", "/v1/chat/completions", "/v1/embeddings"
 MODEL_FOR = {COMPLETIONS: "m", CHAT: "m", EMBEDDINGS: "emb"}
 STATS: collections.Counter = collections.Counter()

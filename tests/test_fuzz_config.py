@@ -23,6 +23,9 @@ from hypothesis import strategies as st
 from llamaserve.config import ConfigError, ServerConfig, load_config
 from llamaserve.config_keys import ENTRY_KEYS, KV_CACHE_TYPES, LOG_LEVELS, POOLING_TYPES, ROOT_KEYS
 
+# hypothesis runs each property over many generated configs
+pytestmark = pytest.mark.slow
+
 SETTINGS = settings(max_examples=150, deadline=None, database=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                            HealthCheck.function_scoped_fixture])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from helpers import describe
 from isolation import run_cases, run_python
 
@@ -46,6 +47,7 @@ def test_run_cases_setup_failure_fails_every_case():
     assert run["a"].crash.startswith("child failed outside a case")
 
 
+@pytest.mark.slow   # waits out its timeout
 def test_run_cases_timeout_is_the_running_case_s_failure():
     run = run_cases("import time\n", {"quick": "return 1", "hangs": "time.sleep(60)", "next": "return 3"},
                     timeout=5)

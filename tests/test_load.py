@@ -9,6 +9,9 @@ import pytest
 from helpers import N_THREADS
 from server import ServerProcess
 
+# each test here talks to a real llamaserve process
+pytestmark = [pytest.mark.server, pytest.mark.slow]
+
 CLIENTS = 16
 HUNDREDS = 3
 

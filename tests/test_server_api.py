@@ -12,6 +12,9 @@ from helpers import N_THREADS
 
 from llamacore import Llama
 
+# each test here talks to a real llamaserve process
+pytestmark = [pytest.mark.server, pytest.mark.slow]
+
 
 @pytest.fixture(scope="module")
 def client(server):

@@ -11,6 +11,9 @@ import pytest
 from helpers import N_THREADS, assert_openai_error
 from server import ServerProcess
 
+# each test here talks to a real llamaserve process
+pytestmark = [pytest.mark.server, pytest.mark.slow]
+
 KEY = "sk-test-123"
 
 

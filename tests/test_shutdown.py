@@ -13,6 +13,9 @@ import pytest
 from helpers import N_THREADS
 from server import ServerProcess
 
+# each test here talks to a real llamaserve process
+pytestmark = [pytest.mark.server, pytest.mark.slow]
+
 LONG = {"prompt": "Once upon a time", "temperature": 0, "ignore_eos": True}
 
 
