@@ -17,7 +17,15 @@ from llamacore._core import Batch, Context, LoraAdapter, Model, set_verbose
 from llamacore.events import Finished, FinishReason, Text, TextEvent
 from llamacore.logprobs import TokenLogprob
 from llamacore.prefix import AdapterKey, adapter_key, reusable_prefix
-from llamacore.responses import ChoiceOutput, CreateCompletionResponse, Envelope, completion_logprobs, usage
+from llamacore.responses import (
+    ChoiceOutput,
+    CreateCompletionResponse,
+    CreateEmbeddingResponse,
+    Envelope,
+    completion_logprobs,
+    embedding_response,
+    usage,
+)
 from llamacore.sampling import SamplingParams
 from llamacore.text_stream import TextStream
 
@@ -345,15 +353,10 @@ class Llama:
         return chat.create_chat_completion(self, messages, **kwargs)
 
     def create_embedding(self, input: str | list[str] | list[int] | list[list[int]], model: str | None = None,
-                         normalize: bool = True) -> dict[str, Any]:
+                         normalize: bool = True) -> CreateEmbeddingResponse:
         """OpenAI-shaped embeddings (normalized to unit length, as OpenAI's are)."""
         _, vectors, n_tokens = self._embed(input, normalize, True)
-        return {
-            "object": "list",
-            "data": [{"object": "embedding", "embedding": v, "index": i} for i, v in enumerate(vectors)],
-            "model": model or self.model_path,
-            "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
-        }
+        return embedding_response(vectors, model or self.model_path, n_tokens)
 
     def embed(self, input, normalize: bool = False, truncate: bool = True, return_count: bool = False):
         """Embeddings of one input (a vector) or a list of inputs (a list of vectors)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Literal, Optional, TypedDict
+from typing import Any, Literal, Optional, TypedDict
 
 from llamacore import tool_calls
 from llamacore.events import Finished, FinishReason, Text
@@ -127,6 +127,24 @@ class CreateChatCompletionStreamResponse(_ChatChunkBase, total=False):
     usage: CompletionUsage
 
 
+class Embedding(TypedDict):
+    index: int
+    object: Literal["embedding"]
+    embedding: Any            # list[float], or a base64 string when the server is asked for one
+
+
+class EmbeddingUsage(TypedDict):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class CreateEmbeddingResponse(TypedDict):
+    object: Literal["list"]
+    model: str
+    data: list[Embedding]
+    usage: EmbeddingUsage
+
+
 # -- builders ----------------------------------------------------------------------------------
 
 
@@ -137,6 +155,12 @@ def new_id(prefix: str) -> str:
 def usage(prompt_tokens: int, completion_tokens: int) -> CompletionUsage:
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens}
+
+
+def embedding_response(vectors: list[Any], model: str, n_tokens: int) -> CreateEmbeddingResponse:
+    return {"object": "list", "model": model,
+            "data": [{"object": "embedding", "embedding": v, "index": i} for i, v in enumerate(vectors)],
+            "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens}}
 
 
 def completion_logprobs(entries: list[TokenLogprob], offsets: list[int]) -> CompletionLogprobs:
@@ -300,6 +324,7 @@ class ChatStream:
 __all__ = [
     "ChatCompletionLogprobs", "ChatStream", "ChoiceOutput", "CompletionChoice", "CompletionLogprobs",
     "CompletionUsage", "CreateChatCompletionResponse", "CreateChatCompletionStreamResponse",
-    "CreateCompletionResponse", "CreateCompletionStreamResponse", "Envelope", "assistant_message",
-    "chat_logprobs", "completion_logprobs", "new_id", "usage",
+    "CreateCompletionResponse", "CreateCompletionStreamResponse", "CreateEmbeddingResponse", "Embedding",
+    "EmbeddingUsage", "Envelope", "assistant_message", "chat_logprobs", "completion_logprobs",
+    "embedding_response", "new_id", "usage",
 ]
