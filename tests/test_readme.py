@@ -1,9 +1,11 @@
 """The README's llamacore examples run as written (with generated models in place of the named files)."""
 
+import os
 import re
 from pathlib import Path
 
 import pytest
+from helpers import N_THREADS
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -27,7 +29,9 @@ def test_readme_has_both_llamacore_examples():
 
 
 @pytest.mark.parametrize("index", range(len(LLAMACORE_BLOCKS)))
-def test_readme_llamacore_example_runs(index, substitutions, capsys):
+def test_readme_llamacore_example_runs(index, substitutions, capsys, monkeypatch):
+    # the examples leave n_threads at its default (os.cpu_count()): follow LLAMACORE_TEST_THREADS
+    monkeypatch.setattr(os, "cpu_count", lambda: N_THREADS)
     block = LLAMACORE_BLOCKS[index]
     for name, path in substitutions.items():
         block = block.replace(name, path)
