@@ -8,13 +8,12 @@ for are config errors (or reach the engine) instead of being dropped.
 from __future__ import annotations
 
 import inspect
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 from gguf_files import fake_gguf
+from isolation import run_python
 
 from llamacore import options
 
@@ -36,8 +35,7 @@ def test_pure_modules_import_without_the_extension():
         assert "llamacore._core" in sys.modules and Model.__module__ == "llamacore._core"
         print("ok")
     """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False,
-                         cwd=Path(__file__).resolve().parent.parent)
+    out = run_python(code)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
 
 

@@ -6,10 +6,8 @@ milliseconds and checks the plans themselves.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
+from isolation import run_python
 
 from llamacore.events import Failed, Finished, FinishReason, Token
 from llamaserve.scheduler import GenRequest, Sampled, Scheduler, SlotState
@@ -253,6 +251,5 @@ def test_lora_steps_per_turn_must_be_positive():
 
 
 def test_scheduler_does_not_load_llama_cpp():
-    code = "import sys, llamaserve.scheduler; print('llamacore._core' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
+    out = run_python("import sys, llamaserve.scheduler; print('llamacore._core' in sys.modules)")
+    assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr
