@@ -18,7 +18,9 @@ from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT / "vendor"))
-import fetch  # noqa: E402  (vendor/fetch.py)
+# vendor/fetch.py (it needs Python >= 3.11, as the project does) is imported when the extension
+# is built, not here: on an older interpreter pip reads the metadata first and then refuses the
+# install with its requires-python message.
 
 LLAMA_CMAKE_FLAGS = [
     "-DCMAKE_BUILD_TYPE=Release",
@@ -51,6 +53,8 @@ def stable_cmake() -> str:
 
 def build_llama_cpp() -> Path:
     """Configure (first time) and build the `llama` target; returns the build folder."""
+    import fetch  # vendor/fetch.py
+
     source = fetch.ensure_source()
     user_args = shlex.split(os.environ.get("CMAKE_ARGS", ""))
     build = cmake_build_dir(user_args)
@@ -95,6 +99,8 @@ def link_args(build: Path) -> list[str]:
 
 class BuildWithLlamaCpp(build_ext):
     def run(self):
+        import fetch  # vendor/fetch.py
+
         build = build_llama_cpp()
         source = fetch.TREE
         for ext in self.extensions:
