@@ -6,8 +6,13 @@ json_grammar, gbnf, tool_calls, gguf_header, options) import without the native 
 """
 
 import importlib as _importlib
+import logging as _logging
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
+
+# A library logs, the application decides where it goes: without this, llama.cpp's warnings would
+# reach Python's last-resort handler (stderr) in programs that never configure logging.
+_logging.getLogger("llamacore").addHandler(_logging.NullHandler())
 
 # name -> the submodule that defines it
 _EXPORTS = {

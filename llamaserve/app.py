@@ -20,6 +20,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from llamaserve.errors import KNOWN_ERRORS, APIError, api_error_for
+from llamaserve.logs import configure as configure_logging
 from llamaserve.metrics import Metrics
 from llamaserve.middleware import APIKeyAuth, RequestMetrics
 from llamaserve.openapi import openapi_schema
@@ -121,8 +122,7 @@ class _Server(uvicorn.Server):
 
 def serve(config: ServerConfig) -> None:
     """Run the server until SIGINT/SIGTERM; in-flight requests get `shutdown_grace` seconds."""
-    level = "DEBUG" if config.log_level.lower() == "trace" else config.log_level.upper()
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(config.log_level)
     app = create_app(config)
     uvicorn_config = uvicorn.Config(app, host=config.host, port=config.port, log_level=config.log_level.lower(),
                                     timeout_graceful_shutdown=math.ceil(config.shutdown_grace + _CUT_MARGIN))

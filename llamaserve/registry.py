@@ -22,6 +22,7 @@ from llamacore.chat_format import resolve_template
 from llamacore.options import CONTEXT_KEYS, MODEL_KEYS
 from llamaserve.engine import Engine
 from llamaserve.errors import CapacityError, ModelLoadError, UnknownModelError
+from llamaserve.logs import loading_model
 from llamaserve.metrics import Metrics
 from llamaserve.settings import ModelEntry, ServerConfig
 
@@ -137,6 +138,7 @@ class Registry:
 
     def _load_blocking(self, key: tuple, siblings: list[ModelEntry]) -> Loaded:
         entry = siblings[0]
+        loading_model.set(", ".join(e.alias for e in siblings))   # this thread's copy of the context
         params: dict[str, Any] = dict(entry.load)
         loaded = Loaded(key=key, entries=siblings)
         if params.pop("embedding", False):

@@ -1,8 +1,28 @@
 # Routes llama.cpp's log output to Python `logging` (logger "llamacore.llama_cpp").
 # The C callback checks a level threshold before taking the GIL, so quiet runs pay nothing.
 # Recent error lines are kept so that a failed load can say *why* it failed.
+#
+# Quiet by default: warnings and errors go to the logger, which (through the "llamacore" logger's
+# NullHandler, added in llamacore/__init__.py) prints nothing unless the application configures logging. set_verbose(True) also
+# shows info and writes llama.cpp's text to stderr unchanged, as llama-cpp-python's verbose=True.
 
 _logger = logging.getLogger("llamacore.llama_cpp")
+_verbose = False
+
+
+class _RawStderr(logging.Handler):
+    """llama.cpp's own text, pieces and newlines as it wrote them, on the current sys.stderr."""
+
+    def emit(self, record):
+        try:
+            text = getattr(record, "llama_cpp_text", None)
+            sys.stderr.write(text if text is not None else record.getMessage() + "\n")
+            sys.stderr.flush()
+        except Exception:
+            self.handleError(record)
+
+
+_stderr_handler = _RawStderr()
 _recent_errors = collections.deque(maxlen=16)
 
 cdef ggml.ggml_log_level _min_level = ggml.GGML_LOG_LEVEL_WARN     # info/debug are dropped before the GIL
@@ -22,13 +42,16 @@ cdef void _log_callback(ggml.ggml_log_level level, const char * text, void * use
         return
     with gil:
         try:
-            message = text.decode("utf-8", "replace").rstrip("\n")
+            raw = text.decode("utf-8", "replace")
+            message = raw.rstrip("\n")
             if not message:
+                if _verbose and raw:            # the newline that ends a line of progress dots
+                    sys.stderr.write(raw)
                 return
             if lvl == ggml.GGML_LOG_LEVEL_ERROR:
                 _recent_errors.append(message)
             if lvl >= _min_level:
-                _logger.log(_PY_LEVELS.get(lvl, logging.INFO), message)
+                _logger.log(_PY_LEVELS.get(lvl, logging.INFO), message, extra={"llama_cpp_text": raw})
         except BaseException:
             pass
 
@@ -38,12 +61,23 @@ cdef _install_log_callback():
 
 
 def set_verbose(bint verbose):
-    """Show llama.cpp's informational output (model loading, context setup) or keep it quiet."""
-    global _min_level
+    """Show llama.cpp's log (model loading, context setup, warnings) on stderr, or keep it quiet.
+
+    Quiet (the default) still passes warnings and errors to the "llamacore.llama_cpp" logger, for
+    applications that configure logging; verbose writes llama.cpp's text to stderr as it comes
+    (not also through the application's handlers) and includes its informational lines.
+    """
+    global _min_level, _verbose
+    _verbose = verbose
     _min_level = ggml.GGML_LOG_LEVEL_INFO if verbose else ggml.GGML_LOG_LEVEL_WARN
-    if verbose and not _logger.handlers and not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO)
     _logger.setLevel(logging.INFO if verbose else logging.WARNING)
+    if verbose:
+        if _stderr_handler not in _logger.handlers:
+            _logger.addHandler(_stderr_handler)
+        _logger.propagate = False
+    else:
+        _logger.removeHandler(_stderr_handler)
+        _logger.propagate = True
 
 
 cdef int _error_mark():

@@ -13,6 +13,7 @@ import collections
 import errno
 import logging
 import os
+import sys
 
 import numpy as np
 

@@ -1,0 +1,106 @@
+"""Quiet by default: llama.cpp's log reaches stderr only with verbose=True or when the application
+configures logging; llamaserve's log carries llama.cpp's warnings tagged with the model alias.
+
+Each case runs in a child interpreter, so its stderr is exactly what a user would see.
+"""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from gguf import GGUFValueType as VT
+from gguf_files import Layout, encode_kv
+from isolation import run_python
+
+# llama.cpp warns about this while loading: "load: bad special token: 'tokenizer.ggml.padding_token_id' ..."
+BAD_TOKEN_WARNING = "bad special token"
+
+
+@pytest.fixture(scope="module")
+def warning_model(tiny_model_path, tmp_path_factory):
+    """The tiny model with an out-of-range padding token id, so that loading it logs a warning."""
+    path = tmp_path_factory.mktemp("logging") / "warns.gguf"
+    path.write_bytes(Layout(tiny_model_path).rebuild(
+        extra=[encode_kv("tokenizer.ggml.padding_token_id", VT.UINT32, 4294967295)]))
+    return path
+
+
+def _generate(path, verbose: str, setup: str = "") -> str:
+    return f"""
+        {setup}
+        from llamacore import Llama
+        llm = Llama({str(path)!r}, n_ctx=128, n_threads=2, verbose={verbose})
+        out = llm("Hello", max_tokens=4, temperature=0)
+        assert out["usage"]["completion_tokens"] >= 1
+        print("ok")
+    """
+
+
+def test_quiet_by_default_writes_nothing_to_stderr(warning_model):
+    proc = run_python(_generate(warning_model, "False"))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "ok"
+    assert proc.stderr == ""
+
+
+def test_low_level_model_is_quiet_too(warning_model):
+    proc = run_python(f"""
+        import llamacore
+        model = llamacore.Model({str(warning_model)!r})
+        ctx = llamacore.Context(model, n_ctx=64)
+        print(len(model.tokenize("Hello")) > 0)
+    """)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+
+
+def test_warnings_reach_the_applications_logging(warning_model):
+    setup = "import logging; logging.basicConfig(format='%(levelname)s %(name)s: %(message)s')"
+    proc = run_python(_generate(warning_model, "False", setup))
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if BAD_TOKEN_WARNING in line]
+    assert lines and all(line.startswith("WARNING llamacore.llama_cpp: load: ") for line in lines), proc.stderr
+    assert "llama_model_loader" not in proc.stderr          # info lines only when verbose
+
+
+def test_verbose_shows_llama_cpp_log_as_written(warning_model):
+    proc = run_python(_generate(warning_model, "True"))
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.splitlines()
+    # llama.cpp's own text, not wrapped in logging's "LEVEL:name:" prefix
+    assert any(line.startswith("llama_model_loader: loaded meta data with") for line in lines), proc.stderr
+    assert any(line.startswith("load: " + BAD_TOKEN_WARNING) for line in lines), proc.stderr
+    assert any(line.startswith("llama_context: n_ctx") for line in lines), proc.stderr
+    assert not any(line.startswith(("INFO:", "WARNING:")) for line in lines)
+
+
+def test_verbose_then_quiet_again(warning_model):
+    proc = run_python(f"""
+        import sys
+        from llamacore import Llama
+        Llama({str(warning_model)!r}, n_ctx=64, verbose=True)
+        sys.stderr.write("--- quiet from here ---\\n")
+        Llama({str(warning_model)!r}, n_ctx=64, verbose=False)
+    """)
+    assert proc.returncode == 0, proc.stderr
+    before, after = proc.stderr.split("--- quiet from here ---\n")
+    assert BAD_TOKEN_WARNING in before
+    assert after == ""
+
+
+@pytest.mark.server
+@pytest.mark.slow
+def test_llamaserve_logs_llama_cpp_warnings_with_the_alias(warning_model, tmp_path):
+    from server import ServerProcess
+
+    config = {"log_level": "info", "models": [{"alias": "noisy", "model": str(warning_model), "n_ctx": 128}]}
+    server = ServerProcess(config, tmp_path).start()
+    try:
+        reply = httpx.post(server.base_url + "/v1/completions", timeout=60,
+                           json={"model": "noisy", "prompt": "Hello", "max_tokens": 2})
+        assert reply.status_code == 200, reply.text
+    finally:
+        server.stop()
+    lines = [line for line in server.log_path.read_text().splitlines() if BAD_TOKEN_WARNING in line]
+    assert lines, server.log()
+    assert all(" WARNING llamacore.llama_cpp: [noisy] load: " in line for line in lines), lines
