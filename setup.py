@@ -6,6 +6,7 @@ build/llama.cpp/, so switching back and forth rebuilds incrementally. ccache is 
 """
 
 import hashlib
+import json
 import os
 import shlex
 import shutil
@@ -97,15 +98,39 @@ def link_args(build: Path) -> list[str]:
     return args
 
 
+def build_info(build: Path) -> dict:
+    """What `python -m llamacore` reports about this build (compiled into the extension)."""
+    import fetch  # vendor/fetch.py
+
+    pin = fetch.load_pin()
+    cache = lambda key: cmake_cache_value(build, key)  # noqa: E731
+    return {
+        "llama_cpp_source": f"{pin['package']} {pin['version']} sdist, {pin['subdir']} (sha256 {pin['sha256']})",
+        "cmake_args": os.environ.get("CMAKE_ARGS", ""),
+        "cmake_flags": LLAMA_CMAKE_FLAGS,
+        "build_folder": str(build.relative_to(ROOT)),
+        "compiler": cache("CMAKE_CXX_COMPILER"),
+        "ggml_native": cache("GGML_NATIVE"),
+        "static_libraries": sorted(p.name for p in build.rglob("*.a")),
+    }
+
+
+def c_string(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 class BuildWithLlamaCpp(build_ext):
     def run(self):
         import fetch  # vendor/fetch.py
 
         build = build_llama_cpp()
         source = fetch.TREE
+        info = json.dumps(build_info(build), sort_keys=True)
         for ext in self.extensions:
             ext.include_dirs += [str(source / "include"), str(source / "ggml" / "include")]
             ext.extra_link_args += link_args(build)
+            ext.define_macros = [m for m in ext.define_macros if m[0] != "LLAMACORE_BUILD_INFO"]
+            ext.define_macros.append(("LLAMACORE_BUILD_INFO", c_string(info)))
         super().run()
 
 

@@ -33,3 +33,25 @@ cdef extern from "ggml.h" nogil:
         GGML_NUMA_STRATEGY_MIRROR
 
     const char * ggml_type_name(ggml_type type)
+
+
+cdef extern from "ggml.h" nogil:
+    const char * ggml_version()
+    const char * ggml_commit()
+
+
+cdef extern from "ggml-backend.h" nogil:
+    ctypedef struct ggml_backend_reg:
+        pass
+    ctypedef struct ggml_backend_device:
+        pass
+    ctypedef ggml_backend_reg * ggml_backend_reg_t
+    ctypedef ggml_backend_device * ggml_backend_dev_t
+
+    size_t ggml_backend_reg_count()
+    ggml_backend_reg_t ggml_backend_reg_get(size_t index)
+    const char * ggml_backend_reg_name(ggml_backend_reg_t reg)
+    size_t ggml_backend_reg_dev_count(ggml_backend_reg_t reg)
+    ggml_backend_dev_t ggml_backend_reg_dev_get(ggml_backend_reg_t reg, size_t index)
+    const char * ggml_backend_dev_name(ggml_backend_dev_t device)
+    const char * ggml_backend_dev_description(ggml_backend_dev_t device)

@@ -11,6 +11,7 @@ from llamacore.includes cimport ggml
 
 import collections
 import errno
+import json
 import logging
 import os
 import sys
