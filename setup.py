@@ -103,7 +103,9 @@ def build_info(build: Path) -> dict:
     import fetch  # vendor/fetch.py
 
     pin = fetch.load_pin()
-    cache = lambda key: cmake_cache_value(build, key)  # noqa: E731
+    def cache(key: str) -> str | None:
+        return cmake_cache_value(build, key)
+
     return {
         "llama_cpp_source": f"{pin['package']} {pin['version']} sdist, {pin['subdir']} (sha256 {pin['sha256']})",
         "cmake_args": os.environ.get("CMAKE_ARGS", ""),

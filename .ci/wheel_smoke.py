@@ -15,12 +15,12 @@ from pathlib import Path
 
 model = sys.argv[1]
 
-import llamacore  # noqa: E402
+import llamacore
 
 where = Path(llamacore.__file__).resolve()
 assert "site-packages" in where.parts, f"llamacore imported from {where}, not from the installed wheel"
 
-from llamacore import Llama  # noqa: E402
+from llamacore import Llama
 
 llm = Llama(model, n_ctx=128, n_threads=2)
 out = llm("Hello", max_tokens=4, temperature=0)
