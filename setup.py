@@ -103,6 +103,7 @@ def build_info(build: Path) -> dict:
     import fetch  # vendor/fetch.py
 
     pin = fetch.load_pin()
+
     def cache(key: str) -> str | None:
         return cmake_cache_value(build, key)
 
