@@ -64,9 +64,15 @@ def build_llama_cpp() -> Path:
         flags += ["-DCMAKE_C_COMPILER_LAUNCHER=ccache", "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache"]
     cmake = stable_cmake()
     cache = build / "CMakeCache.txt"
-    if cache.exists() and not Path(cmake_cache_value(build, "CMAKE_COMMAND") or "").exists():
-        cache.unlink()            # configured by a cmake that is gone; reconfigure (ccache keeps it quick)
-        shutil.rmtree(build / "CMakeFiles", ignore_errors=True)
+    if cache.exists():
+        configured_by = Path(cmake_cache_value(build, "CMAKE_COMMAND") or "")
+        if configured_by.is_file():
+            # Build with the cmake that configured the folder: another cmake version (another
+            # interpreter's PATH) would regenerate the folder and rebuild every library.
+            cmake = str(configured_by)
+        else:
+            cache.unlink()        # configured by a cmake that is gone; reconfigure (ccache keeps it quick)
+            shutil.rmtree(build / "CMakeFiles", ignore_errors=True)
     if not cache.exists():
         subprocess.run([cmake, "-S", str(source), "-B", str(build), *flags, *user_args], check=True)
     jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 2))
