@@ -43,13 +43,22 @@ def cmake_build_dir(user_args: list[str]) -> Path:
 
 def stable_cmake() -> str:
     """A cmake that outlives this build: pip's isolated build env (and its cmake) is temporary,
-    and a CMake build folder remembers the cmake that configured it."""
+    and a CMake build folder remembers the cmake that configured it.
+
+    Scripts are passed over too: the `cmake` console script of PyPI's cmake package, run inside
+    pip's build env, imports and runs the build env's own (temporary) cmake binary.
+    """
     for folder in os.environ.get("PATH", "").split(os.pathsep):
         candidate = Path(folder) / "cmake"
         transient = "pip-build-env" in folder or folder.endswith("shims")   # shims may resolve into it
-        if not transient and candidate.is_file() and os.access(candidate, os.X_OK):
+        if not transient and candidate.is_file() and os.access(candidate, os.X_OK) and not _is_script(candidate):
             return str(candidate)
     return shutil.which("cmake") or "cmake"
+
+
+def _is_script(path: Path) -> bool:
+    with open(path, "rb") as f:
+        return f.read(2) == b"#!"
 
 
 def build_llama_cpp() -> Path:
