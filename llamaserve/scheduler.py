@@ -92,10 +92,10 @@ class Row:
 class StepPlan:
     group: AdapterKey
     rows: list[Row]
+    sample: list[Row] = field(init=False)     # the rows whose last token is sampled, in row order
 
-    @property
-    def sample(self) -> list[Row]:
-        return [r for r in self.rows if r.sample]
+    def __post_init__(self) -> None:
+        self.sample = [r for r in self.rows if r.sample]
 
 
 @dataclass(frozen=True)
