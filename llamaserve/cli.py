@@ -160,7 +160,6 @@ def describe(config: ServerConfig) -> str:
                 f"memory budget: {_bytes(config.memory_budget)}  "
                 f"idle unload: {_seconds(config.idle_unload)}  "
                 f"parallel: {config.parallel}  max queue: {config.max_queue}  "
-                f"lora steps per turn: {config.lora_steps_per_turn}  "
                 f"kv cache: {'unified' if config.kv_unified else 'per sequence'}")
     lines = [f"config: {config.source or 'command line'}", server, registry,
              f"models ({len(config.models)}):"]
@@ -173,7 +172,7 @@ def describe(config: ServerConfig) -> str:
         extras = {"chat_format": entry.chat_format, "chat_template": entry.chat_template and "custom",
                   "idle_unload": entry.idle_unload and _seconds(entry.idle_unload),
                   "parallel": entry.parallel, "max_queue": entry.max_queue,
-                  "lora_steps_per_turn": entry.lora_steps_per_turn, "kv_unified": entry.kv_unified}
+                  "kv_unified": entry.kv_unified}
         shown = [f"{key}={value}" for key, value in extras.items() if value is not None]
         if shown:
             lines.append("    " + ", ".join(shown))

@@ -20,6 +20,7 @@ import tomllib
 from llamacore.chat_format import TEMPLATES
 from llamacore.gguf_header import GGUFHeader
 from llamaserve.config_keys import (
+    DEPRECATED_KEYS,
     ENTRY_KEYS,
     LOAD_KEYS,
     NAME_KEYS,
@@ -227,9 +228,15 @@ def _fields(raw: dict, spec: dict[str, Check], prefix: str, problems: _Problems,
             problems.add(f"{prefix}{key}", f"unknown key{suggest(key, allowed)}")
         elif key in spec:
             try:
-                clean[key] = spec[key](value)
+                checked = spec[key](value)
             except Invalid as e:
                 problems.add(f"{prefix}{key}", str(e))
+                continue
+            if key in DEPRECATED_KEYS:
+                log.warning("%s: %s%s is deprecated and has no effect: %s", problems.label, prefix, key,
+                            DEPRECATED_KEYS[key])
+            else:
+                clean[key] = checked
     return clean
 
 
@@ -269,7 +276,7 @@ def _entry(label: str, raw: dict, base_dir: Path, problems: _Problems) -> tuple[
         load=MappingProxyType({k: raw[k] for k in LOAD_KEYS if k in raw}),
         chat_format=raw.get("chat_format"), chat_template=raw.get("chat_template"),
         idle_unload=raw.get("idle_unload"), parallel=raw.get("parallel"), max_queue=raw.get("max_queue"),
-        lora_steps_per_turn=raw.get("lora_steps_per_turn"), kv_unified=raw.get("kv_unified"),
+        kv_unified=raw.get("kv_unified"),
     )
     return label, entry
 

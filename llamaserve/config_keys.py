@@ -219,6 +219,12 @@ ENTRY_KEYS: dict[str, Check] = {
     "kv_unified": _optional(_bool), **LOAD_KEYS,
 }
 NAME_KEYS = ("alias", "model_alias", "aliases")
+# keys still accepted (and type-checked) for one release; loading a config that sets one logs why
+# it no longer does anything
+DEPRECATED_KEYS: dict[str, str] = {
+    "lora_steps_per_turn": "sequences with different LoRA adapters now decode in one batch, so "
+                           "adapter groups no longer take turns; remove the key",
+}
 
 
 def scale(v: Any) -> float:

@@ -2,15 +2,19 @@
 
 `Engine` owns the model, its adapters, the context, the batch and each request's sampler, and
 one worker thread that runs the steps `llamaserve.scheduler.Scheduler` plans: admit (trim the
-KV of reused slots), apply the group's adapters, decode one batch with the GIL released,
-sample each finished row with its own sampler chain, feed the tokens back. The event loop only
-touches an inbox under a short lock in `submit()`; grammar compilation (building a request's
-sampler) and KV work happen on the worker thread, outside that lock.
+KV of reused slots, give each admitted sequence its request's adapter set), decode one batch of
+every running sequence with the GIL released, sample each finished row with its own sampler
+chain, feed the tokens back. The event loop only touches an inbox under a short lock in
+`submit()`; grammar compilation (building a request's sampler), KV work and adapter loading and
+freeing happen on the worker thread, outside that lock.
+
+Adapter sets are per sequence (the vendored llama.cpp patch behind
+Context.set_sequence_adapters), so requests on different adapters of one base share each
+decode; the context-wide adapter set stays empty.
 
 The KV cache is unified by default: one pool of n_ctx x parallel cells that every sequence
 draws from, each sequence held to n_ctx tokens here. With per-sequence caches llama.cpp must
-split a batch whose sequence ids are not consecutive into one-token micro-batches, which is
-what a LoRA group's subset of the slots usually is.
+split a batch whose sequence ids are not consecutive into one-token micro-batches.
 """
 
 from __future__ import annotations
@@ -20,7 +24,9 @@ import logging
 import os
 import threading
 from collections import deque
-from typing import Any
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any, TypeVar
 
 from llamacore import Batch, Context, LoraAdapter, Model, Sampler
 from llamacore.events import Failed, Finished
@@ -31,16 +37,16 @@ from llamaserve.scheduler import Emitted, GenRequest, Sampled, Scheduler, StepPl
 
 log = logging.getLogger("llamaserve.engine")
 
+T = TypeVar("T")
+
 
 class Engine:
     """A base model, its adapters and a context of `parallel` sequences, served by one thread."""
 
     def __init__(self, model_path: str, adapter_paths: list[str], *, parallel: int = 4, max_queue: int = 64,
-                 n_ctx: int = 2048, lora_steps_per_turn: int = 8, kv_unified: bool = True,
+                 n_ctx: int = 2048, kv_unified: bool = True,
                  seed: int | None = None, model_kwargs: dict[str, Any] | None = None,
                  context_kwargs: dict[str, Any] | None = None) -> None:
-        if lora_steps_per_turn < 1:
-            raise ValueError(f"lora_steps_per_turn must be at least 1, got {lora_steps_per_turn}")
         self.model = Model(model_path, **(model_kwargs or {}))
         n_ctx = n_ctx or self.model.n_ctx_train
         self.adapters = {os.fspath(p): LoraAdapter(self.model, p) for p in adapter_paths}
@@ -49,15 +55,16 @@ class Engine:
         self.n_ctx_seq = min(n_ctx, self.ctx.n_ctx_seq)     # tokens one sequence may hold
         self.max_queue = max_queue
         self.seed = seed                                     # sampling seed of requests that set none
-        self.scheduler = Scheduler(parallel, n_batch=self.ctx.n_batch, n_ctx_seq=self.n_ctx_seq,
-                                   lora_steps_per_turn=lora_steps_per_turn)
+        self.scheduler = Scheduler(parallel, n_batch=self.ctx.n_batch, n_ctx_seq=self.n_ctx_seq)
         self._name = os.path.basename(model_path)
         self._samplers: dict[GenRequest, Sampler] = {}
         self._inbox: deque[GenRequest] = deque()
         self._cond = threading.Condition()
         self._unfinished = 0                 # submitted requests not yet finished (queued or running)
         self._closed = False
-        self._applied: AdapterKey | None = None
+        self._jobs: deque[tuple[Callable[[], Any], Future]] = deque()   # run on the worker between steps
+        self._retired: set[str] = set()      # adapters to free once no request uses them
+        self._seq_adapters: dict[int, AdapterKey] = {}   # the adapter set given to each sequence
         self._thread: threading.Thread | None = None
 
     def start(self) -> Engine:
@@ -90,7 +97,7 @@ class Engine:
 
     def submit(self, req: GenRequest) -> None:
         for path, _ in req.adapters:
-            if path not in self.adapters:
+            if path not in self.adapters or path in self._retired:
                 raise ValueError(f"adapter {path} is not loaded on this model")
         if len(req.tokens) >= self.n_ctx_seq:
             raise ValueError(f"prompt has {len(req.tokens)} tokens; the context holds {self.n_ctx_seq}")
@@ -103,6 +110,39 @@ class Engine:
             self._inbox.append(req)
             self._cond.notify()
 
+    def add_adapter(self, path: str) -> LoraAdapter:
+        """Load the adapter at `path` onto this model (once) and return it.
+
+        Loading runs on the worker thread between decode steps (llama.cpp's model keeps a list
+        of its adapters that a decode reads). Raises FileNotFoundError or ValueError (not an
+        adapter, or made for another base model) as LoraAdapter does; the engine is unaffected.
+        """
+        path = os.fspath(path)
+        return self._on_worker(lambda: self._load_adapter(path))
+
+    def remove_adapter(self, path: str) -> None:
+        """Refuse new requests for the adapter at once; free it when its last request ends."""
+        path = os.fspath(path)
+        if path not in self.adapters:
+            raise KeyError(path)
+        with self._cond:
+            self._retired.add(path)
+            self._cond.notify()
+        if self._thread is None:
+            self._free_retired()
+
+    def _on_worker(self, job: Callable[[], T]) -> T:
+        """Run `job` on the worker thread (now, if it has not started) and return its result."""
+        if self._thread is None:
+            return job()
+        done: Future = Future()
+        with self._cond:
+            if self._closed:
+                raise EngineClosedError("model is unloading")
+            self._jobs.append((job, done))
+            self._cond.notify()
+        return done.result()
+
     def close(self) -> None:
         """Stop the worker, fail what is queued or running, and free the context."""
         with self._cond:
@@ -110,9 +150,13 @@ class Engine:
             self._cond.notify()
             inbox = list(self._inbox)
             self._inbox.clear()
+            jobs = list(self._jobs)
+            self._jobs.clear()
         if self._thread is not None:
             self._thread.join()
         error = EngineClosedError("model was unloaded")
+        for _, done in jobs:
+            done.set_exception(error)
         self._emit([(req, Failed(error)) for req in inbox] + self.scheduler.close(error))
         self._samplers.clear()
         self.adapters = {}
@@ -125,14 +169,22 @@ class Engine:
         batch = Batch(self.ctx.n_batch, n_seq_max=1)
         while True:
             with self._cond:
-                while not self._closed and not self._inbox and not self._unfinished:
+                while not (self._closed or self._inbox or self._unfinished or self._jobs or self._retired):
                     self._cond.wait()
                 if self._closed:
                     return
                 arrived = list(self._inbox)
                 self._inbox.clear()
+                jobs = list(self._jobs)
+                self._jobs.clear()
+            for job, done in jobs:
+                try:
+                    done.set_result(job())
+                except BaseException as exc:    # the caller gets the error; the worker lives on
+                    done.set_exception(exc)
             try:
                 self._accept(arrived)
+                self._free_retired()
                 self._admit()
                 plan = self.scheduler.schedule()
                 if plan is not None:
@@ -153,6 +205,26 @@ class Engine:
                 continue
             self.scheduler.add(req)
 
+    def _load_adapter(self, path: str) -> LoraAdapter:
+        with self._cond:
+            self._retired.discard(path)      # re-added before its last request ended: keep it
+        if path not in self.adapters:
+            self.adapters[path] = LoraAdapter(self.model, path)
+        return self.adapters[path]
+
+    def _free_retired(self) -> None:
+        """Free retired adapters that no queued or running request uses (on the worker thread)."""
+        with self._cond:
+            retired = [p for p in self._retired if not self.scheduler.uses_adapter(p)]
+            self._retired.difference_update(retired)
+        for path in retired:
+            for seq, key in list(self._seq_adapters.items()):
+                if any(p == path for p, _ in key):     # the context holds the adapter for this sequence
+                    self.ctx.set_sequence_adapters(seq, {})
+                    self._seq_adapters[seq] = ()
+            self.scheduler.forget_adapter(path)
+            del self.adapters[path]           # the last reference: llama.cpp frees it now
+
     def _admit(self) -> None:
         admitted, events = self.scheduler.admit()
         self._emit(events)
@@ -160,19 +232,23 @@ class Engine:
             if not self.ctx.kv_remove(a.slot.seq, a.keep, -1):
                 self.ctx.kv_remove(a.slot.seq, 0, -1)      # removing a whole sequence always works
                 self.scheduler.forget_cache(a.slot)
+            if self._seq_adapters.get(a.slot.seq) != a.req.adapters:
+                try:
+                    self.ctx.set_sequence_adapters(a.slot.seq, {self.adapters[p]: s for p, s in a.req.adapters})
+                except Exception as exc:     # fails this request alone
+                    self.ctx.kv_remove(a.slot.seq, 0, -1)
+                    self._emit(self.scheduler.fail([a.slot], exc))
+                    continue
+                self._seq_adapters[a.slot.seq] = a.req.adapters
 
     def _fail_running(self, exc: Exception) -> None:
         """An unexpected error ends the running requests, not the worker: a dead worker hangs them all."""
         log.exception("engine step failed; ending %d running requests", self.active)
-        self._applied = None            # adapter state unknown: apply again on the next step
         for slot in self.scheduler.slots:
             self.ctx.kv_remove(slot.seq, 0, -1)
         self._emit(self.scheduler.fail(self.scheduler.slots, exc))
 
     def _step(self, plan: StepPlan, batch: Batch) -> None:
-        if plan.group != self._applied:
-            self.ctx.set_adapters({self.adapters[p]: s for p, s in plan.group})
-            self._applied = plan.group
         batch.clear()
         out_index = []
         for row in plan.rows:

@@ -150,7 +150,6 @@ class Registry:
             os.fspath(entry.model), adapters,
             parallel=_either(entry.parallel, self.config.parallel),
             max_queue=_either(entry.max_queue, self.config.max_queue),
-            lora_steps_per_turn=_either(entry.lora_steps_per_turn, self.config.lora_steps_per_turn),
             kv_unified=_either(entry.kv_unified, self.config.kv_unified),
             n_ctx=params.get("n_ctx", 2048),
             seed=params.get("seed"),     # config rejects pooling_type for generation entries

@@ -1,4 +1,4 @@
-"""Scheduling policy for one base model: slots, the waiting queue, adapter-group turns, batch packing.
+"""Scheduling policy for one base model: slots, the waiting queue, batch packing.
 
 Pure Python with no llama.cpp in it, so the policy is tested in milliseconds without a model;
 `llamaserve.engine` executes what it plans. One step is:
@@ -13,10 +13,10 @@ hold a previous prompt worth reusing), PREFILLING (prompt tokens left to decode,
 what the token budget allows), GENERATING (one sampled token to feed back each step), FINISHED
 (its request ended this step; released at the next admit).
 
-LoRA adapters apply to a whole context, so sequences with different adapter sets never share a
-decode: groups take turns (round robin) of up to `lora_steps_per_turn` steps each, so a group
-with work waits at most (groups - 1) x lora_steps_per_turn steps. Within a step, generating
-sequences go first (one token each), then prompt chunks with what is left of `n_batch`.
+Each sequence carries its own LoRA adapter set (llamacore's Context.set_sequence_adapters), so
+one decode carries every running sequence whatever its adapters: generating sequences first (one
+token each), then prompt chunks with what is left of `n_batch`. KV is reused only between
+requests with equal adapter sets, since K and V depend on the adapters.
 """
 
 from __future__ import annotations
@@ -90,7 +90,6 @@ class Row:
 
 @dataclass
 class StepPlan:
-    group: AdapterKey
     rows: list[Row]
     sample: list[Row] = field(init=False)     # the rows whose last token is sampled, in row order
 
@@ -113,17 +112,11 @@ Emitted = list[tuple[GenRequest, EngineEvent]]
 class Scheduler:
     """Slots, waiting requests and the policy that packs them into decode steps."""
 
-    def __init__(self, n_slots: int, *, n_batch: int, n_ctx_seq: int, lora_steps_per_turn: int = 8) -> None:
-        if lora_steps_per_turn < 1:
-            raise ValueError(f"lora_steps_per_turn must be at least 1, got {lora_steps_per_turn}")
+    def __init__(self, n_slots: int, *, n_batch: int, n_ctx_seq: int) -> None:
         self.slots = [Slot(seq) for seq in range(n_slots)]
         self.waiting: deque[GenRequest] = deque()
         self.n_batch = n_batch
         self.n_ctx_seq = n_ctx_seq
-        self.lora_steps_per_turn = lora_steps_per_turn
-        self._groups: deque[AdapterKey] = deque()      # round-robin order of adapter groups
-        self._turn: AdapterKey | None = None           # the group whose turn it is
-        self._turn_steps = 0                           # steps that group has had in this turn
 
     @property
     def running(self) -> list[Slot]:
@@ -159,8 +152,6 @@ class Scheduler:
             slot.adapters, slot.req, slot.generated = req.adapters, req, 0
             slot.pending = list(req.tokens[keep:])
             slot.state = SlotState.PREFILLING
-            if req.adapters not in self._groups:
-                self._groups.append(req.adapters)
             admitted.append(Admission(slot, req, keep))
         return admitted, events
 
@@ -170,13 +161,23 @@ class Scheduler:
             slot.pending = list(slot.req.tokens)
         slot.cached.clear()
 
+    def forget_adapter(self, path: str) -> None:
+        """An adapter was unloaded: KV computed with it must not be reused, even by a reload of its file."""
+        for slot in self.slots:
+            if slot.req is None and any(p == path for p, _ in slot.adapters):
+                slot.cached.clear()
+                slot.adapters = ()
+
+    def uses_adapter(self, path: str) -> bool:
+        """Whether a waiting or running request decodes with the adapter at `path`."""
+        reqs = [*self.waiting, *(s.req for s in self.slots if s.req is not None)]
+        return any(p == path for req in reqs for p, _ in req.adapters)
+
     def schedule(self) -> StepPlan | None:
-        """The next decode step: one adapter group's rows within the token budget, or None if idle."""
-        running = self.running
-        if not running:
+        """The next decode step: every running sequence's rows within the token budget, or None if idle."""
+        slots = self.running
+        if not slots:
             return None
-        group = self._next_group({s.adapters for s in running})
-        slots = [s for s in running if s.adapters == group]
         slots.sort(key=lambda s: s.state is SlotState.PREFILLING)     # generating first: one token each
         budget, rows = self.n_batch, []
         for slot in slots:
@@ -187,17 +188,7 @@ class Scheduler:
             slot.cached.extend(take)
             del slot.pending[:len(take)]
             budget -= len(take)
-        return StepPlan(group, rows)
-
-    def _next_group(self, live: set[AdapterKey]) -> AdapterKey:
-        if self._turn in live and self._turn_steps < self.lora_steps_per_turn:
-            self._turn_steps += 1
-            return self._turn
-        while self._groups[0] not in live:
-            self._groups.popleft()
-        self._turn, self._turn_steps = self._groups[0], 1
-        self._groups.rotate(-1)
-        return self._turn
+        return StepPlan(rows)
 
     def on_sampled(self, plan: StepPlan, sampled: list[Sampled | BaseException]) -> Emitted:
         """Feed back one sampled token per row of `plan.sample` (or the error sampling raised)."""

@@ -27,7 +27,6 @@ class ModelEntry:
     idle_unload: float | None = None
     parallel: int | None = None
     max_queue: int | None = None
-    lora_steps_per_turn: int | None = None
     kv_unified: bool | None = None
 
     def names(self) -> tuple[str, ...]:
@@ -52,7 +51,6 @@ class ServerConfig:
     idle_unload: float | None = 300
     parallel: int = 4
     max_queue: int = 64
-    lora_steps_per_turn: int = 8
     kv_unified: bool = True
     log_level: str = "info"
     cors_origins: tuple[str, ...] = ()

@@ -1,8 +1,11 @@
-"""Obtain the pinned llama.cpp source tree into vendor/llama.cpp/.
+"""Obtain the pinned llama.cpp source tree into vendor/llama.cpp/, with our patches applied.
 
 The tree comes from a source package on PyPI (see llama_cpp.toml), downloaded with pip,
 checked against the pinned sha256, cached under ~/.cache/llamacore (or $LLAMACORE_CACHE),
-and extracted atomically. Run directly (`python vendor/fetch.py`) or via setup.py.
+extracted, patched with vendor/patches/NNNN-*.patch in name order, and moved into place
+atomically. A patch that no longer applies stops the build with its name. The stamp file
+records the pin and the patches' hashes, so editing a patch re-extracts the tree.
+Run directly (`python vendor/fetch.py`) or via setup.py.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from pathlib import Path
 
 VENDOR = Path(__file__).resolve().parent
 PIN_FILE = VENDOR / "llama_cpp.toml"
+PATCHES = VENDOR / "patches"
 TREE = VENDOR / "llama.cpp"
 STAMP = TREE / ".llamacore-pin"
 
@@ -65,6 +69,34 @@ def download(pin: dict[str, str]) -> Path:
     return archive
 
 
+def patch_files() -> list[Path]:
+    return sorted(PATCHES.glob("*.patch"))
+
+
+def stamp_text(pin: dict[str, str]) -> str:
+    """The pinned archive's hash, then one line per patch: what the extracted tree is made of."""
+    lines = [pin["sha256"]] + [f"{sha256_of(p)}  {p.name}" for p in patch_files()]
+    return "\n".join(lines) + "\n"
+
+
+def apply_patch(tree: Path, patch: Path) -> None:
+    """Apply one patch to `tree` (GNU patch, else git apply); refuse one that does not apply cleanly."""
+    env = dict(os.environ)
+    if shutil.which("patch"):
+        cmd = ["patch", "-p1", "--forward", "--batch", "--fuzz=0", "--no-backup-if-mismatch",
+               "-d", str(tree), "-i", str(patch)]
+    elif shutil.which("git"):
+        cmd = ["git", "-C", str(tree), "apply", "-p1", str(patch)]
+        env["GIT_CEILING_DIRECTORIES"] = str(tree.parent)   # the tree is not part of an outer repository
+    else:
+        raise RuntimeError("applying vendor/patches needs GNU patch or git: install one (apt-get install patch)")
+    result = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if result.returncode != 0:
+        raise RuntimeError(
+            f"vendor/patches/{patch.name} does not apply to the pinned llama.cpp tree "
+            f"(pin {load_pin()['version']}): update the patch for this tree.\n{result.stdout}{result.stderr}")
+
+
 def extract(archive: Path, pin: dict[str, str]) -> None:
     prefix = f"{archive.name[: -len('.tar.gz')]}/{pin['subdir']}/"
     with tempfile.TemporaryDirectory(dir=VENDOR) as tmp, tarfile.open(archive) as tar:
@@ -77,7 +109,9 @@ def extract(archive: Path, pin: dict[str, str]) -> None:
             raise RuntimeError(f"{archive} has no {pin['subdir']}/ tree")
         out = Path(tmp) / "llama.cpp"
         tar.extractall(out, members=members, filter="data")
-        (out / STAMP.name).write_text(pin["sha256"] + "\n")
+        for patch in patch_files():
+            apply_patch(out, patch)
+        (out / STAMP.name).write_text(stamp_text(pin))
         if TREE.exists():
             shutil.rmtree(TREE)
         os.replace(out, TREE)
@@ -86,7 +120,7 @@ def extract(archive: Path, pin: dict[str, str]) -> None:
 def ensure_source() -> Path:
     """The llama.cpp tree matching the pin, fetched if missing or stale."""
     pin = load_pin()
-    if STAMP.exists() and STAMP.read_text().strip() == pin["sha256"]:
+    if STAMP.exists() and STAMP.read_text() == stamp_text(pin):
         return TREE
     extract(download(pin), pin)
     return TREE

@@ -18,7 +18,9 @@ cdef class Context:
     cdef _AbortState abort_state
     cdef object abort_callback
     cdef dict _adapters
+    cdef dict _seq_adapters         # seq_id -> {LoraAdapter: scale}: keeps them alive while in use
 
     cdef int _validate(self, Batch batch) except -1
     cdef int _run(self, Batch batch, bint encode) except -1
     cdef int _check_seq(self, int seq_id, bint allow_all) except -1
+    cdef dict _checked_adapters(self, adapters)

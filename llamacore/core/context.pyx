@@ -46,6 +46,7 @@ cdef class Context:
         self.embeddings = embeddings
         self.kv_unified = kv_unified or self.n_seq_max == 1
         self._adapters = {}
+        self._seq_adapters = {}
 
     def __dealloc__(self):
         if self.ptr != NULL:
@@ -192,31 +193,76 @@ cdef class Context:
 
     # -- LoRA --------------------------------------------------------------------------------
 
-    def set_adapters(self, adapters):
-        """Apply exactly these adapters with these scales ({LoraAdapter: scale}); {} clears.
-
-        Only the context's adapter list changes: no weights are read or copied.
-        """
-        items = list(dict(adapters).items())
-        for adapter, scale in items:
+    cdef dict _checked_adapters(self, adapters):
+        """{LoraAdapter: float scale}, every adapter of this context's model, every scale finite."""
+        checked = {}
+        for adapter, scale in dict(adapters).items():
             if not isinstance(adapter, LoraAdapter):
                 raise TypeError(f"expected LoraAdapter keys, got {type(adapter).__name__}")
             if (<LoraAdapter>adapter).model is not self.model:
                 raise ValueError(f"adapter {(<LoraAdapter>adapter).path} was loaded for another model")
+            value = float(scale)
+            if not math.isfinite(value):
+                raise ValueError(f"scale of adapter {(<LoraAdapter>adapter).path} must be a finite number, got {scale!r}")
+            checked[adapter] = value
+        return checked
+
+    def set_adapters(self, adapters):
+        """Apply exactly these adapters with these scales ({LoraAdapter: scale}); {} clears.
+
+        This is the context-wide set, used by every sequence without its own
+        (set_sequence_adapters). Only the context's adapter list changes: no weights are read
+        or copied, but llama.cpp re-plans its compute graph on the next decode.
+        """
+        checked = self._checked_adapters(adapters)
         cdef vector[llama.llama_adapter_lora *] ptrs
         cdef vector[float] scales
-        for adapter, scale in items:
+        for adapter, scale in checked.items():
             ptrs.push_back((<LoraAdapter>adapter).ptr)
-            scales.push_back(float(scale))
+            scales.push_back(scale)
         cdef int32_t rc = llama.llama_set_adapters_lora(self.ptr, ptrs.data(), ptrs.size(), scales.data())
         if rc != 0:
             raise ValueError(f"llama.cpp refused the adapter set ({rc})")
-        self._adapters = {adapter: float(scale) for adapter, scale in items}
+        self._adapters = checked
 
     @property
     def adapters(self):
-        """The applied adapters and their scales."""
+        """The context-wide adapters and their scales."""
         return dict(self._adapters)
+
+    def set_sequence_adapters(self, int seq_id, adapters):
+        """Give sequence `seq_id` its own adapters ({LoraAdapter: scale}); {} means none at all.
+
+        The sequence's tokens use this set instead of the context-wide one, so sequences with
+        different adapters decode in one batch: each adapter's delta is computed once for the
+        tokens that use it. Changing a set or a scale takes effect on the next decode with no
+        reload and no graph rebuild. KV already computed for the sequence stays as computed
+        under its old set: clear it (kv_remove) unless that is what you want.
+        """
+        self._check_seq(seq_id, False)
+        checked = self._checked_adapters(adapters)
+        cdef vector[llama.llama_adapter_lora *] ptrs
+        cdef vector[float] scales
+        for adapter, scale in checked.items():
+            ptrs.push_back((<LoraAdapter>adapter).ptr)
+            scales.push_back(scale)
+        cdef int32_t rc = llama.llama_set_adapters_lora_seq(self.ptr, seq_id, ptrs.data(), ptrs.size(),
+                                                            scales.data())
+        if rc != 0:
+            raise ValueError(f"llama.cpp refused the adapter set of sequence {seq_id} ({rc})")
+        self._seq_adapters[seq_id] = checked
+
+    def clear_sequence_adapters(self, int seq_id):
+        """Sequence `seq_id` goes back to the context-wide adapters (set_adapters)."""
+        self._check_seq(seq_id, False)
+        if llama.llama_clear_adapters_lora_seq(self.ptr, seq_id) != 0:
+            raise ValueError(f"llama.cpp refused to clear the adapters of sequence {seq_id}")
+        self._seq_adapters.pop(seq_id, None)
+
+    def sequence_adapters(self, int seq_id):
+        """The adapters sequence `seq_id` decodes with: its own set, else the context-wide one."""
+        self._check_seq(seq_id, False)
+        return dict(self._seq_adapters.get(seq_id, self._adapters))
 
     # -- KV cache ----------------------------------------------------------------------------
 
@@ -246,6 +292,11 @@ cdef class Context:
             raise ValueError(f"kv_copy of positions [{p0}, {p1}) between sequences needs a context "
                              f"created with kv_unified=True; without it only whole sequences "
                              f"can be copied (p0=-1, p1=-1)")
+        if self.sequence_adapters(src) != self.sequence_adapters(dst):
+            # the cells would then hold KV that dst's adapters did not compute, and shared
+            # cells are computed once for all their sequences (llama.cpp refuses that batch)
+            raise ValueError(f"kv_copy between sequences {src} and {dst}, which decode with "
+                             f"different adapter sets; give {dst} the adapters of {src} first")
         llama.llama_memory_seq_cp(self.mem, src, dst, p0, p1)
 
     def kv_keep(self, int seq_id):

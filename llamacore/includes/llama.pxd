@@ -222,6 +222,9 @@ cdef extern from "llama.h" nogil:
     int32_t llama_adapter_meta_val_str_by_index(const llama_adapter_lora * adapter, int32_t i, char * buf, size_t buf_size)
     void llama_adapter_lora_free(llama_adapter_lora * adapter)
     int32_t llama_set_adapters_lora(llama_context * ctx, llama_adapter_lora ** adapters, size_t n_adapters, float * scales)
+    # vendor/patches/0001-per-sequence-lora-adapter-sets.patch
+    int32_t llama_set_adapters_lora_seq(llama_context * ctx, llama_seq_id seq_id, llama_adapter_lora ** adapters, size_t n_adapters, const float * scales)
+    int32_t llama_clear_adapters_lora_seq(llama_context * ctx, llama_seq_id seq_id)
 
     void llama_memory_clear(llama_memory_t mem, bint data)
     bint llama_memory_seq_rm(llama_memory_t mem, llama_seq_id seq_id, llama_pos p0, llama_pos p1)

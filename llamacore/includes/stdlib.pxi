@@ -13,6 +13,7 @@ import collections
 import errno
 import json
 import logging
+import math
 import os
 import sys
 
