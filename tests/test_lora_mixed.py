@@ -1,0 +1,229 @@
+"""Per-sequence adapter sets (vendor/patches/0001): sequences on different LoRA adapters in one decode.
+
+The contract is exactness: a sequence's logits in a mixed batch equal, bit for bit, the same
+batch decoded with that sequence's adapter set applied to the whole context, also for a set of
+several adapters (the patch adds a token's deltas in adapter order on both paths). Both runs use
+the same tokens, positions, sequence ids and batch shapes, so llama.cpp's kernels sum in the
+same order; a sequence attends only to its own KV cells.
+"""
+
+import asyncio
+import math
+
+import load_scenario as scenario
+import numpy as np
+import pytest
+from helpers import N_THREADS, make_ctx
+from server import ServerProcess
+
+import llamacore
+
+PROMPTS = ("Once upon a time", "The cat sat on", "A dog ran far away", "Hello", "In the morning the sun",
+           "Blue sky", "Tom and Ann went", "She said")
+STEPS = 8
+
+
+@pytest.fixture(scope="module")
+def adapters(tiny_model, lora_a_path, lora_b_path, tmp_path_factory, tiny_spec):
+    """Four adapters: two of rank 4, one of rank 8 and one without alpha (scale independent of rank)."""
+    from tiny_models import write_lora
+
+    folder = tmp_path_factory.mktemp("mixed-loras")
+    return {
+        "a": llamacore.LoraAdapter(tiny_model, lora_a_path),
+        "b": llamacore.LoraAdapter(tiny_model, lora_b_path),
+        "r8": llamacore.LoraAdapter(tiny_model, write_lora(folder / "r8.gguf", tiny_spec, rank=8, seed=5)),
+        "noalpha": llamacore.LoraAdapter(tiny_model, write_lora(folder / "na.gguf", tiny_spec, alpha=0.0, seed=6)),
+    }
+
+
+def sets_of(ad):
+    """One adapter set per sequence of PROMPTS: single adapters, a pair, none, other scales."""
+    return [{ad["a"]: 1.0}, {ad["b"]: 1.0}, {ad["a"]: 0.5, ad["b"]: 0.7}, {},
+            {ad["r8"]: 1.0}, {ad["noalpha"]: 0.3}, {ad["a"]: 0.5}, {ad["b"]: 1.0}]
+
+
+def new_ctx(model):
+    return make_ctx(model, n_ctx=1024, n_batch=128, n_seq_max=len(PROMPTS), kv_unified=True)
+
+
+def run(ctx, model, forced=None, between=None):
+    """Every prompt in one batch, then STEPS one-token steps for all sequences.
+
+    Returns the logits of each step as an array [sequence, vocab]. `forced` (tokens per step)
+    teacher-forces the steps; `between(step)` runs before each step.
+    """
+    prompts = [model.tokenize(p) for p in PROMPTS]
+    batch = llamacore.Batch(128)
+    for seq, tokens in enumerate(prompts):
+        batch.add_sequence(tokens, 0, seq)
+    ctx.decode(batch)
+    last = np.cumsum([len(t) for t in prompts]) - 1
+    out = [np.stack([ctx.logits(int(i)).copy() for i in last])]
+    pos = [len(t) for t in prompts]
+    for step in range(STEPS):
+        if between:
+            between(step)
+        tokens = forced[step] if forced is not None else out[-1].argmax(axis=1)
+        batch.clear()
+        for seq in range(len(prompts)):
+            batch.add(int(tokens[seq]), pos[seq], seq, logits=True)
+            pos[seq] += 1
+        ctx.decode(batch)
+        out.append(np.stack([ctx.logits(i).copy() for i in range(len(prompts))]))
+    return out
+
+
+def reference(model, adapter_set, forced, between=None):
+    """The same batches with `adapter_set` applied to the whole context."""
+    ctx = new_ctx(model)
+    ctx.set_adapters(adapter_set)
+    return run(ctx, model, forced, between)
+
+
+def test_mixed_batch_equals_each_set_applied_globally(tiny_model, adapters):
+    sets = sets_of(adapters)
+    ctx = new_ctx(tiny_model)
+    for seq, s in enumerate(sets):
+        ctx.set_sequence_adapters(seq, s)
+        assert ctx.sequence_adapters(seq) == s
+    ctx.reset_perf()
+    mixed = run(ctx, tiny_model)
+    forced = [m.argmax(axis=1) for m in mixed]
+    # steady state reuses the graph: the per-token scales are inputs, not part of its shape
+    assert ctx.perf()["n_reused"] >= STEPS - 1
+    base = reference(tiny_model, {}, forced)
+    checked = 0
+    for s in {tuple(sorted((a.path, v) for a, v in s.items())) for s in map(dict, sets)}:
+        adapter_set = next(x for x in sets if tuple(sorted((a.path, v) for a, v in x.items())) == s)
+        ref = reference(tiny_model, adapter_set, forced)
+        for seq in (i for i, x in enumerate(sets) if x == adapter_set):
+            for step in range(STEPS + 1):
+                np.testing.assert_array_equal(mixed[step][seq], ref[step][seq],
+                                              err_msg=f"sequence {seq} step {step}")
+            if adapter_set:                 # and the adapter really applied
+                assert not np.array_equal(mixed[0][seq], base[0][seq])
+            checked += 1
+    assert checked == len(sets)
+
+
+def test_uniform_sets_take_the_context_wide_path(tiny_model, adapters):
+    """All sequences on one set through the per-sequence API: the same as set_adapters, bitwise."""
+    a = adapters["a"]
+    ctx = new_ctx(tiny_model)
+    for seq in range(len(PROMPTS)):
+        ctx.set_sequence_adapters(seq, {a: 0.8})
+    ctx.reset_perf()
+    per_seq = run(ctx, tiny_model)
+    assert ctx.perf()["n_reused"] >= STEPS - 1
+    glob = reference(tiny_model, {a: 0.8}, [m.argmax(axis=1) for m in per_seq])
+    for step in range(STEPS + 1):
+        np.testing.assert_array_equal(per_seq[step], glob[step])
+
+
+def test_scale_change_mid_stream_takes_effect_without_rebuild(tiny_model, adapters):
+    a, b = adapters["a"], adapters["b"]
+    ctx = new_ctx(tiny_model)
+    for seq in range(len(PROMPTS)):
+        ctx.set_sequence_adapters(seq, {b: 1.0} if seq % 2 else {a: 1.0})
+
+    def change(step):
+        if step == STEPS // 2:
+            ctx.reset_perf()
+            ctx.set_sequence_adapters(0, {a: 0.25})
+
+    mixed = run(ctx, tiny_model, between=change)
+    # every step after the change reused the graph: no rebuild, no re-reserve
+    assert ctx.perf()["n_reused"] == STEPS - STEPS // 2
+    forced = [m.argmax(axis=1) for m in mixed]
+    ref_ctx = new_ctx(tiny_model)
+    ref_ctx.set_adapters({a: 1.0})
+
+    def change_ref(step):
+        if step == STEPS // 2:
+            ref_ctx.set_adapters({a: 0.25})
+
+    ref = run(ref_ctx, tiny_model, forced, change_ref)
+    for step in range(STEPS + 1):
+        np.testing.assert_array_equal(mixed[step][0], ref[step][0], err_msg=f"step {step}")
+    unchanged = reference(tiny_model, {a: 1.0}, forced)
+    assert not np.array_equal(mixed[-1][0], unchanged[-1][0])    # the new scale really applied
+
+
+def test_clearing_falls_back_to_the_context_wide_set(tiny_model, adapters):
+    a, b = adapters["a"], adapters["b"]
+    ctx = new_ctx(tiny_model)
+    ctx.set_adapters({a: 1.0})
+    ctx.set_sequence_adapters(3, {b: 1.0})
+    assert ctx.sequence_adapters(3) == {b: 1.0} and ctx.sequence_adapters(2) == {a: 1.0}
+    ctx.clear_sequence_adapters(3)
+    assert ctx.sequence_adapters(3) == {a: 1.0}
+    out = run(ctx, tiny_model)
+    ref = reference(tiny_model, {a: 1.0}, [m.argmax(axis=1) for m in out])
+    np.testing.assert_array_equal(out[0], ref[0])
+
+
+def test_bad_inputs_raise_before_llama_cpp(tiny_model, adapters, tiny_model_f16_path, lora_a_path):
+    a, b = adapters["a"], adapters["b"]
+    ctx = new_ctx(tiny_model)
+    for seq in (-1, len(PROMPTS), 256):
+        with pytest.raises(ValueError, match="outside"):
+            ctx.set_sequence_adapters(seq, {a: 1.0})
+        with pytest.raises(ValueError, match="outside"):
+            ctx.clear_sequence_adapters(seq)
+    for bad in (math.nan, math.inf, -math.inf):
+        with pytest.raises(ValueError, match="finite"):
+            ctx.set_sequence_adapters(0, {a: bad})
+    with pytest.raises(TypeError, match="LoraAdapter"):
+        ctx.set_sequence_adapters(0, {"a.gguf": 1.0})
+    other = llamacore.LoraAdapter(llamacore.Model(tiny_model_f16_path), lora_a_path)
+    with pytest.raises(ValueError, match="another model"):
+        ctx.set_sequence_adapters(0, {other: 1.0})
+    assert ctx.sequence_adapters(0) == {}             # nothing was applied by a refused call
+
+    # KV computed under one set must not be shared with a sequence on another
+    ctx.set_sequence_adapters(0, {a: 1.0})
+    ctx.set_sequence_adapters(1, {b: 1.0})
+    batch = llamacore.Batch(8)
+    batch.add_sequence(tiny_model.tokenize("Hello"), 0, 0)
+    ctx.decode(batch)
+    with pytest.raises(ValueError, match="different adapter sets"):
+        ctx.kv_copy(0, 1)
+    # and one token cannot belong to two sequences with different sets
+    shared = llamacore.Batch(4, n_seq_max=2)
+    shared.add(1, 0, [2, 1], logits=True)
+    ctx.set_sequence_adapters(2, {a: 1.0})
+    with pytest.raises(llamacore.DecodeError):
+        ctx.decode(shared)
+    ctx.set_sequence_adapters(1, {a: 1.0})           # the same set: allowed
+    ctx.kv_remove(1)
+    ctx.kv_remove(2)
+    ctx.decode(shared)
+
+
+@pytest.mark.server
+def test_server_mixed_aliases_answer_as_if_alone(tmp_path_factory, tiny_model_path, lora_a_path, lora_b_path):
+    """Concurrent requests on four aliases of one base (decoded together) answer as each does alone."""
+    folder = tmp_path_factory.mktemp("mixed-server")
+    base, la, lb = str(tiny_model_path), str(lora_a_path), str(lora_b_path)
+    config = {
+        "parallel": 4, "max_queue": 32, "defaults": {"n_ctx": 256, "n_threads": N_THREADS},
+        "models": [{"alias": "base", "model": base},
+                   {"alias": "a", "model": base, "lora_adapters": {la: 1.0}},
+                   {"alias": "b", "model": base, "lora_adapters": {lb: 1.0}},
+                   {"alias": "ab", "model": base, "lora_adapters": {la: 0.5, lb: 0.7}}],
+    }
+    proc = ServerProcess(config, folder).start()
+    try:
+        jobs = [scenario.Job(i, alias, "completions", prompt, stream=i % 2 == 0, disconnect=False)
+                for i, (alias, prompt) in enumerate((al, p) for p in scenario.PROMPTS[:4]
+                                                    for al in ("base", "a", "b", "ab"))]
+        refs = scenario.references(proc.base_url, jobs)
+        assert len({r.text for r in refs.values()}) > len(refs) // 2       # the aliases really differ
+        outcomes = asyncio.run(scenario.run_jobs(proc.base_url, jobs, clients=8))
+        summary = scenario.judge(outcomes, refs)
+        assert not summary.problems, summary.problems
+        assert not summary.mismatches, summary.mismatches
+        assert summary.kinds["completed"] == len(jobs)
+    finally:
+        proc.stop()
