@@ -64,15 +64,15 @@ def ensure_model(size: str, dtype: str = "f16") -> Path:
     return path
 
 
-def ensure_loras(size: str) -> dict[str, Path]:
-    """Four adapters (seeds 1..4) for the SPECS[size] model, cached next to the models."""
+def ensure_loras(size: str, count: int = 4, rank: int = 4) -> dict[str, Path]:
+    """`count` adapters of `rank` (seeds 1..count) for the SPECS[size] model, cached next to the models."""
     out = {}
-    for k in range(1, 5):
-        path = CACHE / f"{size}-lora{k}.gguf"
+    for k in range(1, count + 1):
+        path = CACHE / (f"{size}-lora{k}.gguf" if rank == 4 else f"{size}-r{rank}-lora{k}.gguf")
         if not path.is_file():
             CACHE.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp")
-            write_lora(tmp, SPECS[size], seed=k)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            write_lora(tmp, SPECS[size], rank=rank, seed=k)
             tmp.replace(path)
         out[f"l{k}"] = path
     return out

@@ -1,0 +1,182 @@
+"""Mixed-adapter decoding: many LoRA adapters of one base in one batch, against llama-server.
+
+Served: for each adapter rank, llamaserve (aliases l1..l8, one adapter each, on one loaded base)
+and llama-server (the same eight adapters, per-request ``"lora"`` scales) side by side. Each
+round runs C concurrent clients spread over N adapters (client i on adapter i mod N) for C in
+--clients and N in --adapters; "single" is N = 1. Reported: aggregate tokens/s, mixN/single per
+server (how much mixing adapters costs), ours/llama-server, and TTFT p95 mixed vs single.
+
+In process: the uniform path. Eight sequences all on adapter l1, decoded in one context either
+with the context-wide set (llama_set_adapters_lora: upstream llama.cpp's code path, the patch
+returns before its own code when no sequence has a set) or with eight per-sequence sets
+(llama_set_adapters_lora_seq, which the server uses). Equal throughput means single-adapter
+traffic costs the same as before the patch.
+
+Usage: python benchmarks/bench_mixed_lora.py [--model small|mid] [--ranks 8,64] [--adapters 1,2,4,8]
+       [--clients 8,16] [--reps N] [--threads N] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import servers
+from models import SPECS, ensure_loras, ensure_model
+from server_rounds import bench, make_client, print_table, summarize, warmup
+
+N_CTX = 256
+
+
+def case_name(n_adapters: int, clients: int) -> str:
+    return f"{'single' if n_adapters == 1 else f'mix{n_adapters}'}@c{clients}"
+
+
+async def served(path: Path, rank: int, args, workdir: Path) -> dict:
+    loras = ensure_loras(args.model, count=max(args.adapters), rank=rank)
+    parallel = max(args.clients)
+    with servers.ServerSet() as group:
+        pair = [servers.llamaserve(path, workdir, threads=args.threads, parallel=parallel, n_ctx=N_CTX,
+                                   loras=loras, name=f"llamaserve-r{rank}"),
+                servers.llama_server(path, workdir, threads=args.threads, parallel=parallel, n_ctx=N_CTX,
+                                     loras=loras, name=f"llama-server-r{rank}")]
+        texts = {}
+        for s in pair:
+            group.add(s)
+            print(f"started {s.name}: {' '.join(s.cmd)}", flush=True)
+            client = make_client(s)
+            try:
+                texts[s.name] = await warmup(client, s, ["base", *loras])
+            finally:
+                await client.close()
+        cases = [(case_name(n, c), [f"l{k}" for k in range(1, n + 1)], c)
+                 for c in args.clients for n in args.adapters]
+        rounds = await bench([(s, cases) for s in pair], args.reps, args)
+    summary = summarize(rounds)
+    print_table(f"Mixed adapters, rank {rank}", summary, args.noise)
+    return {"rank": rank, "servers": {s.name: s.cmd for s in pair}, "warmup_texts": texts,
+            "rounds": rounds, "summary": summary, "ratios": ratios(summary, rank, args)}
+
+
+def ratios(summary: dict, rank: int, args) -> dict[str, float | None]:
+    out: dict[str, float | None] = {}
+    ours, peer = f"llamaserve-r{rank}", f"llama-server-r{rank}"
+    for c in args.clients:
+        single = summary.get(case_name(1, c), {})
+        for n in args.adapters[1:] if args.adapters[0] == 1 else args.adapters:
+            mix = summary.get(case_name(n, c), {})
+            for name in (ours, peer):
+                a, b = mix.get(name), single.get(name)
+                out[f"{name} mix{n}/single@c{c}"] = a["tok_s"] / b["tok_s"] if a and b and b["tok_s"] else None
+            a, b = mix.get(ours), mix.get(peer)
+            out[f"ours/llama-server mix{n}@c{c} r{rank}"] = a["tok_s"] / b["tok_s"] if a and b and b["tok_s"] else None
+            a, b = mix.get(ours), single.get(ours)
+            if a and b and a["ttft_p95"] and b["ttft_p95"]:
+                out[f"{ours} ttft_p95 mix{n}/single@c{c}"] = a["ttft_p95"] / b["ttft_p95"]
+    return out
+
+
+def uniform_path(path: Path, args) -> dict:
+    """Decode tokens/s of 8 sequences on one adapter: context-wide set vs per-sequence sets."""
+    import numpy as np
+
+    import llamacore
+
+    lora = ensure_loras(args.model, count=1, rank=min(args.ranks))["l1"]
+    model = llamacore.Model(str(path))
+    adapter = llamacore.LoraAdapter(model, str(lora))
+    n_seq, steps = 8, 48
+    times: dict[str, list[float]] = {"context-wide set": [], "per-sequence sets": []}
+    for rep in range(max(args.reps, 3)):
+        for mode in (list(times) if rep % 2 == 0 else list(times)[::-1]):
+            ctx = llamacore.Context(model, n_ctx=n_seq * 128, n_batch=128, n_seq_max=n_seq, kv_unified=True,
+                                    n_threads=args.threads)
+            if mode == "context-wide set":
+                ctx.set_adapters({adapter: 1.0})
+            else:
+                for seq in range(n_seq):
+                    ctx.set_sequence_adapters(seq, {adapter: 1.0})
+            batch = llamacore.Batch(128)
+            for seq in range(n_seq):
+                batch.add_sequence(model.tokenize(f"Once upon a time {seq}"), 0, seq)
+            ctx.decode(batch)
+            pos = [len(model.tokenize(f"Once upon a time {seq}")) for seq in range(n_seq)]
+            tokens = np.zeros(n_seq, dtype=np.int64) + 1
+            started = time.perf_counter()
+            for _ in range(steps):
+                batch.clear()
+                for seq in range(n_seq):
+                    batch.add(int(tokens[seq]), pos[seq], seq, logits=True)
+                    pos[seq] += 1
+                ctx.decode(batch)
+                tokens = np.argmax(np.stack([ctx.logits(i) for i in range(n_seq)]), axis=1)
+            times[mode].append(n_seq * steps / (time.perf_counter() - started))
+    tok_s = {mode: statistics.median(v) for mode, v in times.items()}
+    out = {"sequences": n_seq, "steps": steps, "tok_s": tok_s, "tok_s_all": times,
+           "ratio": tok_s["per-sequence sets"] / tok_s["context-wide set"]}
+    print(f"\nuniform path, {n_seq} sequences on one adapter: context-wide {tok_s['context-wide set']:.1f} tok/s, "
+          f"per-sequence {tok_s['per-sequence sets']:.1f} tok/s, ratio {out['ratio']:.3f}")
+    return out
+
+
+async def amain(args) -> dict:
+    path = ensure_model(args.model, args.dtype)
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="bench_mixed_lora."))
+    report: dict = {"model": str(path), "workdir": str(workdir),
+                    "settings": {"threads": args.threads, "ranks": args.ranks, "adapters": args.adapters,
+                                 "clients": args.clients, "reps": args.reps, "n_ctx_per_seq": N_CTX,
+                                 "cpus": os.cpu_count()}}
+    report["uniform"] = uniform_path(path, args)
+    report["by_rank"] = {}
+    for rank in args.ranks:
+        report["by_rank"][str(rank)] = await served(path, rank, args, workdir)
+    print("\nRatios of aggregate tokens/s (and TTFT p95):")
+    for r in report["by_rank"].values():
+        for key, value in r["ratios"].items():
+            print(f"  {key:<48} {value:.3f}" if value is not None else f"  {key:<48} -")
+    return report
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="small", choices=sorted(SPECS))
+    ap.add_argument("--dtype", default="f16", choices=("f16", "q8_0", "q4_0"))
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--ranks", type=_ints, default=[8, 64], help="adapter ranks, comma-separated")
+    ap.add_argument("--adapters", type=_ints, default=[1, 2, 4, 8], help="adapters per case (1 = single)")
+    ap.add_argument("--clients", type=_ints, default=[8, 16], help="concurrent clients per round")
+    ap.add_argument("--reps", type=int, default=2, help="rounds per server and case")
+    ap.add_argument("--idle-wait", type=float, default=10.0,
+                    help="max seconds to wait for idle CPUs before each round (0: never)")
+    ap.add_argument("--noise", type=float, default=0.05,
+                    help="a round during which other processes used more than this fraction of the CPUs "
+                         "(and over 0.05 CPU-seconds) is discarded and rerun")
+    ap.add_argument("--retries", type=int, default=2, help="reruns of a noisy round (the last one is kept)")
+    ap.add_argument("--workdir", help="where server configs and logs go (default: a new temp dir)")
+    ap.add_argument("--json", type=Path, help="write settings, every round and the summaries here")
+    args = ap.parse_args(argv)
+    if not args.adapters or min(args.adapters) < 1 or max(args.adapters) > 8:
+        ap.error("--adapters must be 1..8 each")
+    args.adapters = sorted(set(args.adapters))
+    report = asyncio.run(amain(args))
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2, default=str))
+        print(f"wrote {args.json}")
+    return report
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    finally:
+        servers.stop_all()
