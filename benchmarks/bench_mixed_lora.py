@@ -139,8 +139,25 @@ async def amain(args) -> dict:
     print("\nRatios of aggregate tokens/s (and TTFT p95):")
     for r in report["by_rank"].values():
         for key, value in r["ratios"].items():
-            print(f"  {key:<48} {value:.3f}" if value is not None else f"  {key:<48} -")
+            goal = target(key)
+            verdict = "" if goal is None or value is None else (
+                f"  (target {goal[0]} {goal[1]:g}: "
+                f"{'PASS' if (value >= goal[1] if goal[0] == '>=' else value <= goal[1]) else 'MISS'})")
+            print(f"  {key:<48} {value:.3f}{verdict}" if value is not None else f"  {key:<48} -")
     return report
+
+
+def target(key: str) -> tuple[str, float] | None:
+    """The goals for mixing adapters (rank 8 for mixN/single): cheap mixing, ahead of llama-server."""
+    if key.startswith("llamaserve-r8 mix4/single"):
+        return ">=", 0.90
+    if key.startswith("llamaserve-r8 mix8/single"):
+        return ">=", 0.85
+    if key.startswith("ours/llama-server mix4"):
+        return ">=", 1.5
+    if "ttft_p95" in key:
+        return "<=", 1.2
+    return None
 
 
 def _ints(text: str) -> list[int]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -83,6 +84,31 @@ def lora_switch(sw: dict, path: Path) -> Path:
     return _save(fig, path)
 
 
+def mixed_lora(mixed: dict, path: Path) -> Path:
+    """Tokens/s by number of adapters in the mix, one panel per rank, a line per server and client count."""
+    ranks = list(mixed["by_rank"])
+    fig, axes = plt.subplots(1, len(ranks), figsize=(5.5 * len(ranks), 4), squeeze=False)
+    for ax, rank in zip(axes[0], ranks):
+        lines: dict[str, list[tuple[int, float]]] = {}
+        for case, by in mixed["by_rank"][rank]["summary"].items():
+            n = 1 if case.startswith("single") else int(case[3:case.index("@")])
+            for name, s in by.items():
+                lines.setdefault(f"{name.rsplit('-r', 1)[0]}, {s['clients']} clients", []).append((n, s["tok_s"]))
+        for label, pts in sorted(lines.items()):
+            pts.sort()
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sorted({p[0] for pts in lines.values() for p in pts}))
+        ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        ax.set_xlabel("adapters the clients are spread over")
+        ax.set_ylabel("aggregate generated tokens/s")
+        ax.set_title(f"one base, rank-{rank} adapters")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
 def write_all(results: dict, stem: Path) -> dict[str, Path]:
     """Every plot the results allow, as ``<stem>-<name>.png``; case -> path."""
     out = {}
@@ -92,4 +118,6 @@ def write_all(results: dict, stem: Path) -> dict[str, Path]:
         out["core"] = by_model(core, results.get("roofline") or {}, Path(f"{stem}-models.png"))
     if sw := _result(results, "lora_switch"):
         out["lora_switch"] = lora_switch(sw, Path(f"{stem}-lora-switch.png"))
+    if mixed := _result(results, "mixed_lora"):
+        out["mixed_lora"] = mixed_lora(mixed, Path(f"{stem}-mixed-lora.png"))
     return out

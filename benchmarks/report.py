@@ -86,6 +86,28 @@ def lora_mix_rows(server: dict) -> list[Row]:
     return rows
 
 
+def mixed_lora_rows(mixed: dict) -> list[Row]:
+    """Per rank and client count: each mix against llama-server, then mixN/single of both."""
+    rows: list[Row] = []
+    uniform = mixed.get("uniform")
+    if uniform:
+        t = uniform["tok_s"]
+        rows.append((f"in process, {uniform['sequences']} sequences on one adapter: per-sequence sets (tok/s)",
+                     t["per-sequence sets"], "context-wide set (upstream path)", t["context-wide set"], ""))
+    for rank, r in mixed["by_rank"].items():
+        for case, by in r["summary"].items():
+            o, p = by.get(f"llamaserve-r{rank}"), by.get(f"llama-server-r{rank}")
+            if o and p:
+                rows.append((f"rank {rank}, {case.replace('@c', ', ')} clients (tok/s)", o["tok_s"],
+                             "llama-server (per-request lora)", p["tok_s"], ""))
+        for key, value in r["ratios"].items():
+            if "/single" in key and "ttft" not in key and key.startswith("llamaserve"):
+                peer = r["ratios"].get(key.replace("llamaserve", "llama-server"))
+                rows.append((f"rank {rank}, {key.split(' ', 1)[1]} (ratio of tok/s)", value,
+                             "llama-server, same ratio", peer, ""))
+    return rows
+
+
 def lora_switch_rows(sw: dict) -> list[Row]:
     served, inproc = sw["served"]["median_s"], sw["in_process"]["median_s"]
     ours, peer = served["llamaserve-lora"], served["llama-server-lora"]
@@ -155,6 +177,8 @@ def headline(results: dict) -> list[Row]:
     if server:
         rows += [r for r in server_rows(server) if r[0].startswith("8 ")]
         rows += [r for r in lora_mix_rows(server) if r[0].startswith("mix4")]
+    if mixed := _result(results, "mixed_lora"):
+        rows += [r for r in mixed_lora_rows(mixed) if "mix4, 8" in r[0] and "tok/s)" in r[0]]
     if sw := _result(results, "lora_switch"):
         rows += lora_switch_rows(sw)[1:2] + lora_switch_rows(sw)[-1:]
     rows += [r for r in load_rows(results) if r[0] in ("cold load + first token", "model switch: TTFT, model not loaded")]
@@ -193,6 +217,7 @@ def write(results: dict, json_path: Path) -> Path:
         ("server", "Serving: aggregate tokens/s by concurrent clients", server_rows, "higher"),
         ("server", "Serving: time to first token", ttft_rows, "lower"),
         ("server", "Mixed LoRA: 8 clients over 1, 2 and 4 adapters of one base", lora_mix_rows, "higher"),
+        ("mixed_lora", "Mixed adapters in one batch: by adapter count and rank", mixed_lora_rows, "higher"),
         ("lora_switch", "LoRA switch latency", lora_switch_rows, "lower"),
         ("rss_idle", "Server memory (RSS) before load, loaded, after idle unload", rss_rows, "lower"),
     ]

@@ -28,6 +28,7 @@ import bench_core
 import bench_llm
 import bench_load
 import bench_lora_switch
+import bench_mixed_lora
 import bench_server
 import machine
 import report
@@ -44,12 +45,14 @@ MODES = {
     "quick": {"core_models": ["tiny-f16", "small-f16"], "core_reps": 2, "core_runs": 3, "idle_wait": 2,
               "llm_models": "tiny,small", "llm_reps": 1, "llm_runs": 2, "switch_model": "small",
               "switch_reps": 3, "load_model": "small", "load_reps": 3, "server_model": "small",
-              "server_args": ["--clients", "1,4,8,16", "--reps", "1", "--retries", "0"]},
+              "server_args": ["--clients", "1,4,8,16", "--reps", "1", "--retries", "0"],
+              "mixed_args": ["--ranks", "8", "--adapters", "1,4,8", "--clients", "8", "--reps", "1", "--retries", "0"]},
     "full": {"core_models": [f"{s}-{d}" for s in ("small", "mid") for d in ("f16", "q8_0", "q4_0")],
              "core_reps": 3, "core_runs": 5, "idle_wait": 30, "llm_models": "tiny,small,mid",
              "llm_reps": 3, "llm_runs": 3, "switch_model": "small", "switch_reps": 10,
              "load_model": "mid", "load_reps": 5, "server_model": "small",
-             "server_args": ["--clients", "1,4,8,16", "--reps", "3"]},
+             "server_args": ["--clients", "1,4,8,16", "--reps", "3"],
+             "mixed_args": ["--ranks", "8,64", "--adapters", "1,2,4,8", "--clients", "8,16", "--reps", "2"]},
 }
 
 
@@ -84,6 +87,12 @@ def _server(m: dict, threads: int, workdir: Path) -> dict:
     return bench_server.main(args)
 
 
+def _mixed_lora(m: dict, threads: int, workdir: Path) -> dict:
+    args = ["--model", m["server_model"], "--threads", str(threads), "--workdir", str(workdir),
+            "--idle-wait", str(min(m["idle_wait"], 10)), *m["mixed_args"]]
+    return bench_mixed_lora.main(args)
+
+
 def _bandwidth(m: dict, threads: int, workdir: Path) -> dict:
     return machine.memory_bandwidth(threads)
 
@@ -97,6 +106,7 @@ CASES = {  # name -> (what it measures, runner)
     "cold_load": ("cold load time", _load_case("cold_load")),
     "rss_idle": ("server RSS after idle unload vs before load", _load_case("rss_idle")),
     "server": ("concurrency 1/4/8/16 and mixed-LoRA vs llama-server, llama-cpp-python server", _server),
+    "mixed_lora": ("many adapters of one base in one batch, by adapter count and rank, vs llama-server", _mixed_lora),
 }
 
 
