@@ -24,8 +24,8 @@ def substitutions(tiny_model_path, lora_a_path, lora_b_path, embed_model_path):
 LLAMACORE_BLOCKS = [b for b in python_blocks(README.read_text()) if "from llamacore import" in b]
 
 
-def test_readme_has_both_llamacore_examples():
-    assert len(LLAMACORE_BLOCKS) == 2
+def test_readme_has_the_llamacore_examples():
+    assert len(LLAMACORE_BLOCKS) == 3
 
 
 @pytest.mark.parametrize("index", range(len(LLAMACORE_BLOCKS)))
