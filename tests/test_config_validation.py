@@ -137,3 +137,22 @@ def test_all_problems_are_reported_at_once(work):
     path = yaml_config(work, "port: x\nmax_loaded_models: 0\n"
                              "models:\n  - {alias: a, model: nope.gguf, n_cxt: 1}\n")
     assert len(problems(path)) == 4
+
+
+def test_lora_steps_per_turn_is_deprecated_but_accepted(work, caplog):
+    """Adapter groups no longer take turns: the key loads with a warning saying so, still type-checked."""
+    from llamaserve.config import load_config
+
+    path = yaml_config(work, """
+lora_steps_per_turn: 4
+models:
+  - {alias: a, model: models/model.gguf, lora_steps_per_turn: 2}
+""")
+    with caplog.at_level("WARNING", logger="llamaserve.config"):
+        config = load_config(path)
+    assert [e.alias for e in config.models] == ["a"]
+    warnings = [r.getMessage() for r in caplog.records if "lora_steps_per_turn" in r.getMessage()]
+    assert len(warnings) == 2 and all("deprecated and has no effect" in w and "one batch" in w for w in warnings)
+    assert "models[0].lora_steps_per_turn" in warnings[1]
+    bad = yaml_config(work, "lora_steps_per_turn: 0\nmodels: [{alias: a, model: models/model.gguf}]\n")
+    assert problems(bad) == [f"{bad}: lora_steps_per_turn: must be at least 1, got 0"]
