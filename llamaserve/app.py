@@ -25,10 +25,27 @@ from llamaserve.metrics import Metrics
 from llamaserve.middleware import APIKeyAuth, RequestMetrics
 from llamaserve.openapi import openapi_schema
 from llamaserve.registry import Registry
+from llamaserve.routes.admin import (
+    add_adapter,
+    admin_load,
+    admin_models,
+    admin_unload,
+    list_adapters,
+    remove_adapter,
+    vllm_load,
+    vllm_unload,
+)
 from llamaserve.routes.chat import chat_completions
 from llamaserve.routes.completions import completions
 from llamaserve.routes.embeddings import embeddings
-from llamaserve.routes.models import admin_load, admin_models, admin_unload, health, list_models, prometheus
+from llamaserve.routes.models import (
+    get_model,
+    health,
+    list_models,
+    lora_adapters,
+    prometheus,
+    set_lora_adapters,
+)
 from llamaserve.settings import ServerConfig
 from llamaserve.shutdown import Drain, DrainMiddleware
 
@@ -70,17 +87,25 @@ def create_app(config: ServerConfig) -> Starlette:
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/embeddings", embeddings, methods=["POST"]),
         Route("/v1/models", list_models, methods=["GET"]),
+        Route("/v1/models/{model:path}", get_model, methods=["GET"]),
+        Route("/lora-adapters", lora_adapters, methods=["GET"]),
+        Route("/lora-adapters", set_lora_adapters, methods=["POST"]),
+        Route("/v1/load_lora_adapter", vllm_load, methods=["POST"]),
+        Route("/v1/unload_lora_adapter", vllm_unload, methods=["POST"]),
         Route("/health", health, methods=["GET"]),
         Route("/metrics", prometheus, methods=["GET"]),
         Route("/openapi.json", _openapi, methods=["GET"]),
         Route("/admin/models", admin_models, methods=["GET"]),
         Route("/admin/models/{alias}/load", admin_load, methods=["POST"]),
         Route("/admin/models/{alias}/unload", admin_unload, methods=["POST"]),
+        Route("/admin/adapters", list_adapters, methods=["GET"]),
+        Route("/admin/adapters", add_adapter, methods=["POST"]),
+        Route("/admin/adapters/{alias:path}", remove_adapter, methods=["DELETE"]),
     ]
     middleware = [Middleware(RequestMetrics, metrics=metrics, routes=routes), Middleware(DrainMiddleware, drain=drain)]
     if config.cors_origins:
         middleware.append(Middleware(CORSMiddleware, allow_origins=list(config.cors_origins),
-                                     allow_methods=["GET", "POST", "OPTIONS"], allow_headers=["*"]))
+                                     allow_methods=["GET", "POST", "DELETE", "OPTIONS"], allow_headers=["*"]))
     middleware.append(Middleware(APIKeyAuth, api_key=config.api_key))
     handlers: dict[Any, Callable[[Request, Any], Awaitable[Response]]] = {
         APIError: _api_error, **{cls: _api_error for cls in KNOWN_ERRORS},

@@ -51,6 +51,11 @@ def build_parser() -> argparse.ArgumentParser:
                       help="serve this GGUF model (replaces the config file's models list)")
     what.add_argument("--models-dir", metavar="DIR",
                       help="also serve every GGUF model in DIR, named by its file name without .gguf")
+    what.add_argument("--adapters-dir", metavar="DIR", action="append", default=[],
+                      help="allow POST /admin/adapters to load LoRA adapters found in DIR, symlinks "
+                           "resolved; no other path is ever opened (repeatable)")
+    what.add_argument("--persist-adapters", action="store_true",
+                      help="keep runtime adapters across restarts, in a registry file in each --adapters-dir")
 
     model = parser.add_argument_group(
         "model options (with --model they apply to it; without, to every configured model)")
@@ -113,7 +118,9 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     base_dir = source.absolute().parent if source else Path.cwd()
     flags = {"host": args.host, "port": args.port, "api_key": args.api_key, "parallel": args.parallel,
              "max_loaded_models": args.max_loaded_models, "idle_unload": args.idle_unload,
-             "log_level": args.log_level, "models_dir": args.models_dir and _absolute(args.models_dir)}
+             "log_level": args.log_level, "models_dir": args.models_dir and _absolute(args.models_dir),
+             "adapters_dir": [_absolute(d) for d in args.adapters_dir] or None,
+             "persist_adapters": args.persist_adapters or None}
     data.update({key: value for key, value in flags.items() if value is not None})
     options = {"n_ctx": args.n_ctx, "n_gpu_layers": args.n_gpu_layers, "n_threads": args.threads,
                "chat_format": args.chat_format, "embedding": args.embedding or None}
@@ -161,12 +168,16 @@ def describe(config: ServerConfig) -> str:
                 f"idle unload: {_seconds(config.idle_unload)}  "
                 f"parallel: {config.parallel}  max queue: {config.max_queue}  "
                 f"kv cache: {'unified' if config.kv_unified else 'per sequence'}")
-    lines = [f"config: {config.source or 'command line'}", server, registry,
+    runtime = (f"runtime adapters: {', '.join(map(str, config.adapters_dirs))}  "
+               f"persisted: {'yes' if config.persist_adapters else 'no'}" if config.adapters_dirs
+               else "runtime adapters: off (no adapters_dir)")
+    lines = [f"config: {config.source or 'command line'}", server, registry, runtime,
              f"models ({len(config.models)}):"]
     for entry in config.models:
         names = f"{entry.alias} (aliases: {', '.join(entry.aliases)})" if entry.aliases else entry.alias
         lines += [f"  {names}", f"    model: {entry.model}"]
         lines += [f"    lora: {path} (scale {scale:g})" for path, scale in entry.lora_adapters]
+        lines += [f"    adapter: {path}" + (f" (name {name})" if name else "") for path, name in entry.adapters]
         if entry.load:
             lines.append("    load: " + ", ".join(f"{k}={v!r}" for k, v in entry.load.items()))
         extras = {"chat_format": entry.chat_format, "chat_template": entry.chat_template and "custom",

@@ -11,15 +11,17 @@ import json
 import logging
 import os
 import re
+import tomllib
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-import tomllib
-
 from llamacore.chat_format import TEMPLATES
 from llamacore.gguf_header import GGUFHeader
+from llamaserve.adapter_store import REGISTRY_FILE
+from llamaserve.adapters import name_adapters
 from llamaserve.config_keys import (
+    ADAPTER_ITEM_KEYS,
     DEPRECATED_KEYS,
     ENTRY_KEYS,
     LOAD_KEYS,
@@ -157,13 +159,16 @@ def parse_config(data: dict, source: Path | None, base_dir: Path) -> ServerConfi
                            base_dir, problems) for alias, path in discover(models_dir) if alias not in taken]
     entries = [e for e in found if e]
     _check_names(entries, settings.get("default_model"), problems)
+    _check_adapter_names(entries, problems)
     _check_chat_formats(entries, problems)
+    adapters_dirs = _adapters_dirs(settings.pop("adapters_dir", None) or [], settings.get("persist_adapters", False),
+                                   base_dir, problems)
     if not raw_models and not entries:
         problems.add("models", "no models configured (add a models list, or a models_dir with GGUF models)")
     if problems:
         raise ConfigError(list(problems))
 
-    settings.update(models_dir=models_dir, cors_origins=settings.pop("cors", ()),
+    settings.update(models_dir=models_dir, adapters_dirs=adapters_dirs, cors_origins=settings.pop("cors", ()),
                     api_key=settings.get("api_key") or None, models=tuple(e for _, e in entries),
                     source=Path(os.path.normpath(source.absolute())) if source else None)
     return ServerConfig(**settings)
@@ -258,21 +263,14 @@ def _entry(label: str, raw: dict, base_dir: Path, problems: _Problems) -> tuple[
     model = _path(raw["model"], base_dir)
     arch = _model_architecture(model, f"{label}.model", problems)
     adapters = _adapters(raw.get("lora_adapters", {}), base_dir, f"{label}.lora_adapters", problems)
-    for path, _ in adapters:
-        adapter = _gguf(path, f"{label}.lora_adapters", problems)
-        if adapter is None:
-            continue
-        if adapter.type != "adapter":
-            kind = repr(adapter.type) if adapter.type else "not set"
-            problems.add(f"{label}.lora_adapters", f"{path.name} is not a LoRA adapter "
-                                                   f"(general.type is {kind}, not 'adapter'): {path}")
-        elif arch and adapter.architecture != arch:
-            problems.add(f"{label}.lora_adapters", f"adapter {path.name} is for architecture "
-                                                   f"{adapter.architecture!r}, model is {arch!r}")
+    declared = _adapter_list(raw.get("adapters", []), base_dir, f"{label}.adapters", problems)
+    for key, paths in ((f"{label}.lora_adapters", [p for p, _ in adapters]), (f"{label}.adapters", [p for p, _ in declared])):
+        for path in paths:
+            _check_adapter_file(path, arch, key, problems)
     alias = raw.get("alias") or raw.get("model_alias") or model.name.removesuffix(".gguf")
     aliases = tuple(dict.fromkeys(a for a in raw.get("aliases", ()) if a != alias))
     entry = ModelEntry(
-        alias=alias, aliases=aliases, model=model, lora_adapters=adapters,
+        alias=alias, aliases=aliases, model=model, lora_adapters=adapters, adapters=declared,
         load=MappingProxyType({k: raw[k] for k in LOAD_KEYS if k in raw}),
         chat_format=raw.get("chat_format"), chat_template=raw.get("chat_template"),
         idle_unload=raw.get("idle_unload"), parallel=raw.get("parallel"), max_queue=raw.get("max_queue"),
@@ -325,6 +323,71 @@ def _adapters(value: Any, base_dir: Path, key: str, problems: _Problems) -> tupl
         except Invalid as e:
             problems.add(f"{key}[{path!r}]", str(e))
     return tuple(adapters)
+
+
+def _check_adapter_file(path: Path, arch: str | None, key: str, problems: _Problems) -> None:
+    adapter = _gguf(path, key, problems)
+    if adapter is None:
+        return
+    if adapter.type != "adapter":
+        kind = repr(adapter.type) if adapter.type else "not set"
+        problems.add(key, f"{path.name} is not a LoRA adapter (general.type is {kind}, not 'adapter'): {path}")
+    elif arch and adapter.architecture != arch:
+        problems.add(key, f"adapter {path.name} is for architecture {adapter.architecture!r}, model is {arch!r}")
+
+
+def _adapter_list(value: Any, base_dir: Path, key: str, problems: _Problems) -> tuple[tuple[Path, str | None], ...]:
+    """An entry's ``adapters``: a list of paths or ``{path, name}`` mappings, as (absolute path, name)."""
+    if not isinstance(value, list):
+        problems.add(key, f"expected a list of adapter paths or {{path: ..., name: ...}} mappings, got {value!r}")
+        return ()
+    out: list[tuple[Path, str | None]] = []
+    for i, item in enumerate(value):
+        item = {"path": item} if isinstance(item, str) else item
+        if not isinstance(item, dict):
+            problems.add(f"{key}[{i}]", f"expected an adapter path or a {{path: ..., name: ...}} mapping, got {item!r}")
+            continue
+        for extra in item.keys() - set(ADAPTER_ITEM_KEYS):
+            hint = suggest(extra, ADAPTER_ITEM_KEYS) or (
+                " (adapters listed here apply only to requests that name them; use lora_adapters for "
+                "ones every request of this alias gets)" if extra == "scale" else "")
+            problems.add(f"{key}[{i}].{extra}", f"unknown key{hint}")
+        try:
+            path = _path(string(item.get("path")), base_dir)
+            name = None if item.get("name") is None else string(item["name"])
+        except Invalid as e:
+            problems.add(f"{key}[{i}]", f"path and name: {e}")
+            continue
+        out.append((path, name))
+    return tuple(out)
+
+
+def _check_adapter_names(entries: list[tuple[str, ModelEntry]], problems: _Problems) -> None:
+    """Adapter names are per base model: one name per file, one file per name."""
+    labels = {id(entry): label for label, entry in entries}
+    bases: dict[tuple, list[ModelEntry]] = {}
+    for _, entry in entries:
+        bases.setdefault(entry.base_key(), []).append(entry)
+    for siblings in bases.values():
+        for entry, message in name_adapters(siblings)[1]:
+            problems.add(f"{labels[id(entry)]}.adapters", message)
+
+
+def _adapters_dirs(value: list[str], persist: bool, base_dir: Path, problems: _Problems) -> tuple[Path, ...]:
+    """The adapters_dir folders with symlinks resolved (runtime adapter paths are checked against these)."""
+    folders = []
+    for i, text in enumerate(value):
+        key = "adapters_dir" if len(value) == 1 else f"adapters_dir[{i}]"
+        folder = Path(os.path.realpath(_path(text, base_dir)))
+        if not _is(folder, Path.is_dir):
+            problems.add(key, f"not a directory: {folder}")
+        elif persist and not os.access(folder, os.W_OK):
+            problems.add(key, f"not writable, and persist_adapters: true keeps {REGISTRY_FILE} there: {folder}")
+        else:
+            folders.append(folder)
+    if persist and not value:
+        problems.add("persist_adapters", "needs adapters_dir (runtime adapters are kept in a file there)")
+    return tuple(dict.fromkeys(folders))
 
 
 def _check_names(entries: list[tuple[str, ModelEntry]], default_model: str | None,

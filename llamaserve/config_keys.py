@@ -184,6 +184,15 @@ def _cors(v: Any) -> tuple[str, ...]:
     return tuple(_list_of(string, "strings")([v] if isinstance(v, str) else v))
 
 
+def _folders(v: Any) -> list[str]:
+    """One folder or a list of them (resolved against the config's folder in config.py)."""
+    if isinstance(v, str):
+        v = [v]
+    if not isinstance(v, list) or not v:
+        raise Invalid(f"expected a folder or a list of folders, got {v!r}")
+    return _list_of(string, "folders")(v)
+
+
 def suggest(word: Any, options: Any) -> str:
     """A " (did you mean 'x'?)" hint for a misspelt key or value, or ""."""
     close = difflib.get_close_matches(str(word), [str(o) for o in options], n=1)
@@ -193,6 +202,7 @@ def suggest(word: Any, options: Any) -> str:
 ROOT_KEYS: dict[str, Check] = {
     "host": string, "port": _int(1, 65535), "api_key": _optional(lambda v: str(v)),
     "default_model": _optional(string), "models_dir": _optional(string),
+    "adapters_dir": _optional(_folders), "persist_adapters": _bool,
     "max_loaded_models": _optional(_int(1)), "memory_budget": _optional(_via(parse_size, positive=True)),
     "idle_unload": _optional(_via(parse_duration)), "parallel": _int(1), "max_queue": _int(0),
     "lora_steps_per_turn": _int(1), "kv_unified": _bool,
@@ -213,12 +223,14 @@ LOAD_KEYS: dict[str, Check] = {      # the keys of llamacore.options.LOAD_KEYS
 ENTRY_KEYS: dict[str, Check] = {
     "alias": string, "model_alias": string, "aliases": _list_of(string, "strings"), "model": string,
     "lora_adapters": lambda v: v,   # resolved against the config's folder in config.py
+    "adapters": lambda v: v,        # likewise
     "chat_format": _optional(string), "chat_template": _optional(string),
     "idle_unload": _optional(_via(parse_duration)), "parallel": _optional(_int(1)),
     "max_queue": _optional(_int(0)), "lora_steps_per_turn": _optional(_int(1)),
     "kv_unified": _optional(_bool), **LOAD_KEYS,
 }
 NAME_KEYS = ("alias", "model_alias", "aliases")
+ADAPTER_ITEM_KEYS = ("path", "name")     # the keys of one mapping in an entry's adapters list
 # keys still accepted (and type-checked) for one release; loading a config that sets one logs why
 # it no longer does anything
 DEPRECATED_KEYS: dict[str, str] = {
@@ -227,9 +239,15 @@ DEPRECATED_KEYS: dict[str, str] = {
 }
 
 
+MAX_SCALE = 10.0     # |scale| beyond this only ever breaks a model's output
+
+
 def scale(v: Any) -> float:
-    """A LoRA adapter scale: any number (negative scales subtract the adapter)."""
-    return _float(-math.inf)(v)
+    """A LoRA adapter scale: a finite number in [-MAX_SCALE, MAX_SCALE] (negative ones subtract it)."""
+    value = _float(-math.inf)(v)
+    if not -MAX_SCALE <= value <= MAX_SCALE:
+        raise Invalid(f"must be a finite number between {-MAX_SCALE:g} and {MAX_SCALE:g}, got {value}")
+    return value
 
 
 def kind_problems(load: Mapping[str, Any]) -> list[tuple[str, str]]:

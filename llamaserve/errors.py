@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from starlette.responses import JSONResponse
 
-TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "invalid_request_error",
-         405: "invalid_request_error", 413: "invalid_request_error", 429: "rate_limit_error",
-         500: "server_error", 503: "server_error"}
+TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+         404: "invalid_request_error", 405: "invalid_request_error", 409: "invalid_request_error",
+         413: "invalid_request_error", 429: "rate_limit_error", 500: "server_error", 503: "server_error"}
 
 
 class APIError(Exception):
@@ -39,7 +39,7 @@ class EngineClosedError(Exception):
 
 class UnknownModelError(LookupError):
     def __init__(self, name: str, available: list[str]) -> None:
-        super().__init__(f"The model '{name}' does not exist. Available models: {', '.join(available)}")
+        super().__init__(f"The model '{name}' does not exist. Available models: {', '.join(available) or 'none'}")
         self.name = name
 
 
@@ -51,8 +51,33 @@ class CapacityError(RuntimeError):
     """No room to load a model: everything loaded is busy."""
 
 
+class FieldError(ValueError):
+    """A request field's value is refused (a 400 whose `param` names the field)."""
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+class UnsafePathError(PermissionError):
+    """A client named a file outside the folders it may name (or runtime adapters are off)."""
+
+
+class NameConflictError(Exception):
+    """A runtime alias would take a name that is already in use."""
+
+
+class AdapterUnavailableError(RuntimeError):
+    """A runtime adapter failed to load with its base model (the message says why)."""
+
+
+class RegistryWriteError(RuntimeError):
+    """The runtime adapter registry file could not be written; nothing changed."""
+
+
 # Raised by the registry and engines; the application answers each with `api_error_for`.
-KNOWN_ERRORS = (QueueFullError, EngineClosedError, CapacityError, UnknownModelError, ModelLoadError)
+KNOWN_ERRORS = (QueueFullError, EngineClosedError, CapacityError, UnknownModelError, ModelLoadError,
+                UnsafePathError, NameConflictError, AdapterUnavailableError, RegistryWriteError)
 
 
 def api_error_for(exc: BaseException, *, param: str | None = None) -> APIError:
@@ -69,6 +94,18 @@ def api_error_for(exc: BaseException, *, param: str | None = None) -> APIError:
         return APIError(404, str(exc), param=param or "model", code="model_not_found")
     if isinstance(exc, ModelLoadError):
         return APIError(500, str(exc), code="model_load_failed")
+    if isinstance(exc, RegistryWriteError):
+        return APIError(500, str(exc), code="registry_write_failed")
+    if isinstance(exc, AdapterUnavailableError):
+        return APIError(500, str(exc), code="adapter_load_failed")
+    if isinstance(exc, UnsafePathError):
+        return APIError(403, str(exc), param=param or "path", code="path_not_allowed")
+    if isinstance(exc, NameConflictError):
+        return APIError(409, str(exc), param=param or "alias", code="name_taken")
+    if isinstance(exc, FileNotFoundError):
+        return APIError(404, str(exc), param=param or "path", code="file_not_found")
+    if isinstance(exc, FieldError):
+        return APIError(400, str(exc), param=exc.param)
     if isinstance(exc, ValueError):
         return APIError(400, str(exc), param=param)
     return APIError(500, f"generation failed: {type(exc).__name__}: {exc}")

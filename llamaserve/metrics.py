@@ -1,4 +1,9 @@
-"""Prometheus metrics, one registry per app so several servers can live in one process (tests)."""
+"""Prometheus metrics, one registry per app so several servers can live in one process (tests).
+
+Per-adapter series are labelled by the base model's alias and the adapter's name; names come
+from the config and the admin routes only, and a runtime adapter's series go when it is removed,
+so the number of series stays bounded by what is loaded.
+"""
 
 from __future__ import annotations
 
@@ -21,8 +26,29 @@ class Metrics:
         self.loads = Counter("llamaserve_model_loads", "Model loads", ["model"], registry=r)
         self.load_failures = Counter("llamaserve_model_load_failures", "Failed model loads", ["model"], registry=r)
         self.unloads = Counter("llamaserve_model_unloads", "Model unloads by reason", ["model", "reason"], registry=r)
+        self.adapter_requests = Counter("llamaserve_adapter_requests", "Generation requests per LoRA adapter",
+                                        ["model", "adapter"], registry=r)
+        self.adapter_prompt_tokens = Counter("llamaserve_adapter_prompt_tokens", "Prompt tokens per LoRA adapter",
+                                             ["model", "adapter"], registry=r)
+        self.adapter_completion_tokens = Counter("llamaserve_adapter_completion_tokens",
+                                                 "Tokens generated per LoRA adapter", ["model", "adapter"], registry=r)
+        self.adapter_loads = Counter("llamaserve_adapter_loads", "LoRA adapter loads onto a base model",
+                                     ["model", "source"], registry=r)
+        self.adapter_load_failures = Counter("llamaserve_adapter_load_failures", "Failed LoRA adapter loads",
+                                             ["model", "source"], registry=r)
+        self.adapter_unloads = Counter("llamaserve_adapter_unloads", "LoRA adapters freed, by reason",
+                                       ["model", "reason"], registry=r)
         self.cancelled = Counter("llamaserve_cancelled_requests", "Generations stopped by client disconnect",
                                  registry=r)
+
+    def forget_adapter(self, model: str, names: set[str]) -> None:
+        """Drop the per-adapter series of a removed runtime adapter."""
+        for name in names:
+            for counter in (self.adapter_requests, self.adapter_prompt_tokens, self.adapter_completion_tokens):
+                try:
+                    counter.remove(model, name)
+                except KeyError:
+                    pass
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

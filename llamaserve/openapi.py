@@ -7,15 +7,28 @@ from typing import Any
 
 from pydantic.json_schema import models_json_schema
 
-from llamaserve.schemas import ChatRequest, CompletionRequest, EmbeddingRequest
+from llamaserve.schemas import (
+    AddAdapterRequest,
+    ChatRequest,
+    CompletionRequest,
+    EmbeddingRequest,
+    LoadLoraAdapterRequest,
+    UnloadLoraAdapterRequest,
+)
 
 ERROR = {"$ref": "#/components/schemas/Error"}
 
 
-def _post(summary: str, schema: str) -> dict[str, Any]:
+_ERRORS = [(400, "invalid request"), (401, "bad API key"), (404, "unknown model"), (413, "body too large"),
+           (503, "queue full or model busy")]
+_ADMIN_ERRORS = [(400, "invalid request, or not an adapter for this base"), (401, "bad API key"),
+                 (403, "path outside adapters_dir, or runtime adapters off"), (404, "unknown model or file"),
+                 (409, "name already taken"), (413, "body too large")]
+
+
+def _post(summary: str, schema: str, codes: list[tuple[int, str]] = _ERRORS) -> dict[str, Any]:
     errors = {str(code): {"description": text, "content": {"application/json": {"schema": ERROR}}}
-              for code, text in [(400, "invalid request"), (401, "bad API key"), (404, "unknown model"),
-                                 (413, "body too large"), (503, "queue full or model busy")]}
+              for code, text in codes}
     return {"post": {
         "summary": summary,
         "requestBody": {"required": True, "content": {"application/json": {
@@ -30,10 +43,17 @@ def _get(summary: str) -> dict[str, Any]:
     return {"get": {"summary": summary, "responses": {"200": {"description": "OK"}}}}
 
 
+def _with_name(param: str, operations: dict[str, Any]) -> dict[str, Any]:
+    """`operations` of a path templated with {param}."""
+    return {"parameters": [{"name": param, "in": "path", "required": True, "schema": {"type": "string"}}],
+            **operations}
+
+
 @cache
 def openapi_schema() -> dict[str, Any]:
     _, defs = models_json_schema(
-        [(m, "validation") for m in (CompletionRequest, ChatRequest, EmbeddingRequest)],
+        [(m, "validation") for m in (CompletionRequest, ChatRequest, EmbeddingRequest, AddAdapterRequest,
+                                     LoadLoraAdapterRequest, UnloadLoraAdapterRequest)],
         ref_template="#/components/schemas/{model}",
     )
     schemas = dict(defs.get("$defs", {}))
@@ -48,7 +68,19 @@ def openapi_schema() -> dict[str, Any]:
             "/v1/completions": _post("Text completion", "CompletionRequest"),
             "/v1/chat/completions": _post("Chat completion", "ChatRequest"),
             "/v1/embeddings": _post("Embeddings", "EmbeddingRequest"),
-            "/v1/models": _get("List models"),
+            "/v1/models": _get("List models (adapter-backed aliases carry parent and lora_adapters)"),
+            "/v1/models/{model}": _with_name("model", _get("One model")),
+            "/lora-adapters": _get("Adapters of a base model (?model=alias): id, path, scale, name"),
+            "/admin/adapters": {**_get("Adapters per base model: load time, requests, memory"),
+                                **_post("Load an adapter from adapters_dir and serve it as an alias",
+                                        "AddAdapterRequest", _ADMIN_ERRORS)},
+            "/admin/adapters/{alias}": _with_name("alias", {"delete": {
+                "summary": "Remove a runtime alias (its adapter is freed when its last request ends)",
+                "responses": {"200": {"description": "OK"}}}}),
+            "/v1/load_lora_adapter": _post("vLLM-compatible adapter load", "LoadLoraAdapterRequest",
+                                           _ADMIN_ERRORS),
+            "/v1/unload_lora_adapter": _post("vLLM-compatible adapter unload", "UnloadLoraAdapterRequest",
+                                             _ADMIN_ERRORS),
             "/health": _get("Liveness"),
             "/metrics": _get("Prometheus metrics"),
         },

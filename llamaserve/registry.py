@@ -4,6 +4,10 @@ Aliases whose model file and load parameters are equal share one loaded base (an
 the union of their adapters); a request for an alias only selects its adapter scales. A model
 loads on the first request that needs it (concurrent first requests wait on one load), is never
 evicted while it serves a request, and unloads after `idle_unload` seconds without use.
+
+Each base has a catalogue of its adapters (llamaserve.adapters); runtime aliases
+(llamaserve.runtime_adapters) add to it, and a base that reloads after an idle unload loads
+every adapter its catalogue holds before it serves again.
 """
 
 from __future__ import annotations
@@ -20,10 +24,12 @@ from typing import Any
 from llamacore import Llama, Model
 from llamacore.chat_format import resolve_template
 from llamacore.options import CONTEXT_KEYS, MODEL_KEYS
+from llamaserve.adapters import Adapter, BaseAdapters, still_inside
 from llamaserve.engine import Engine
 from llamaserve.errors import CapacityError, ModelLoadError, UnknownModelError
 from llamaserve.logs import loading_model
 from llamaserve.metrics import Metrics
+from llamaserve.runtime_adapters import RuntimeAdapters
 from llamaserve.settings import ModelEntry, ServerConfig
 
 log = logging.getLogger("llamaserve.registry")
@@ -78,21 +84,94 @@ class Registry:
         self._loading = asyncio.Lock()        # one load at a time, so limits hold across models
         self._changed = asyncio.Condition()
         self._idle_task: asyncio.Task | None = None
+        bases: dict[tuple, list[ModelEntry]] = {}
+        for e in config.models:
+            bases.setdefault(e.base_key(), []).append(e)
+        self.bases = bases
+        self.catalogs = {key: BaseAdapters(entries) for key, entries in bases.items()}
+        self.runtime = RuntimeAdapters(self)
+        if config.persist_adapters:
+            self.runtime.restore()
 
     # -- lookup ------------------------------------------------------------------------------
 
     def names(self) -> list[str]:
-        return [n for e in self.config.models for n in e.names()]
+        return [n for e in self.config.models for n in e.names()] + list(self.runtime.aliases)
 
     def entry(self, name: str | None) -> ModelEntry:
         """The entry for a requested model name (None = default). Names are never paths."""
-        entry = self.config.default_entry() if not name else self.config.find(name)
+        entry = self.config.default_entry() if not name else self.config.find(name) or self.runtime.entry(name)
         if entry is None:
             raise UnknownModelError(name or "", self.names())
         return entry
 
+    def entries(self) -> list[ModelEntry]:
+        """Every servable entry: the config's, then the runtime aliases in the order they were added."""
+        return [*self.config.models, *(rt.entry for rt in self.runtime.aliases.values())]
+
     def state(self, entry: ModelEntry) -> Loaded | None:
         return self.loaded.get(entry.base_key())
+
+    def catalog(self, entry: ModelEntry) -> BaseAdapters:
+        """The adapters of `entry`'s base model."""
+        return self.catalogs[entry.base_key()]
+
+    def base_alias(self, key: tuple) -> str:
+        """The name that stands for a base model: its first alias without default adapters, else its first."""
+        entries = self.bases[key]
+        return next((e.alias for e in entries if not e.lora_adapters), entries[0].alias)
+
+    def parent(self, entry: ModelEntry) -> str | None:
+        """For an alias with default adapters, the alias of its base without them (as vLLM lists LoRA models)."""
+        if not entry.lora_adapters:
+            return None
+        plain = next((e.alias for e in self.bases[entry.base_key()] if not e.lora_adapters), None)
+        added = self.runtime.aliases.get(entry.alias)
+        return plain or (added.base if added is not None else None)
+
+    # -- adapters in use ---------------------------------------------------------------------
+
+    def pin(self, adapters: list[Adapter]) -> None:
+        """Keep `adapters` on their base until `unpin`: a removal frees them only after that."""
+        for adapter in adapters:
+            adapter.pins += 1
+
+    def unpin(self, entry: ModelEntry, adapters: list[Adapter]) -> None:
+        catalog = self.catalog(entry)
+        for adapter in adapters:
+            adapter.pins -= 1
+            if adapter.pins == 0 and adapter in catalog.draining:
+                catalog.draining.discard(adapter)
+                self.release(entry.base_key(), adapter)
+
+    def record_usage(self, entry: ModelEntry, adapters: list[Adapter], n_prompt: int, n_completion: int) -> None:
+        """Count one finished request and its tokens for each adapter it decoded with."""
+        base = self.base_alias(entry.base_key())
+        for adapter in adapters:
+            adapter.requests += 1
+            adapter.prompt_tokens += n_prompt
+            adapter.completion_tokens += n_completion
+            adapter.labels.add(adapter.name)
+            self.metrics.adapter_requests.labels(base, adapter.name).inc()
+            self.metrics.adapter_prompt_tokens.labels(base, adapter.name).inc(n_prompt)
+            self.metrics.adapter_completion_tokens.labels(base, adapter.name).inc(n_completion)
+
+    def needed(self, key: tuple) -> set[str]:
+        """Adapter files the base `key` must hold: its catalogue's, draining ones, ones being added."""
+        return self.catalogs[key].needed_paths() | self.runtime.pending(key)
+
+    def release(self, key: tuple, adapter: Adapter) -> None:
+        """An adapter left the catalogue and no request holds it: free it and its metric series."""
+        self.release_file(key, adapter.path)
+        self.metrics.forget_adapter(self.base_alias(key), adapter.labels)
+
+    def release_file(self, key: tuple, path: str) -> None:
+        """Free the adapter file `path` from the loaded base `key`, unless something still needs it."""
+        loaded = self.loaded.get(key)
+        if path not in self.needed(key) and loaded is not None and loaded.engine is not None \
+                and path in loaded.engine.adapters:
+            loaded.engine.remove_adapter(path)      # its running requests finish first
+            self.metrics.adapter_unloads.labels(self.base_alias(key), "removed").inc()
 
     # -- use ---------------------------------------------------------------------------------
 
@@ -121,10 +200,14 @@ class Registry:
 
     async def _load_locked(self, entry: ModelEntry, key: tuple) -> Loaded:
         await self._make_room(entry)
-        siblings = [e for e in self.config.models if e.base_key() == key]
+        siblings = self.bases[key]
+        catalog = self.catalogs[key]
+        configured = {a.path for a in catalog.listed() if a.configured}
+        plan = [(path, path in configured) for path in sorted(catalog.needed_paths())]
         started = time.monotonic()
+        outcomes: list[tuple[str, float | None, str | None]] = []
         try:
-            loaded = await asyncio.to_thread(self._load_blocking, key, siblings)
+            loaded = await asyncio.to_thread(self._load_blocking, key, siblings, plan, outcomes)
         except Exception as exc:
             self.metrics.load_failures.labels(entry.alias).inc()
             log.error("loading %s failed: %s", entry.alias, exc)
@@ -133,10 +216,35 @@ class Registry:
         self.loaded[key] = loaded
         self.metrics.loads.labels(entry.alias).inc()
         self.metrics.loaded_models.set(len(self.loaded))
+        self._record_adapter_loads(key, loaded, outcomes, configured)
         log.info("loaded %s in %.2fs", entry.alias, loaded.load_seconds)
         return loaded
 
-    def _load_blocking(self, key: tuple, siblings: list[ModelEntry]) -> Loaded:
+    def _record_adapter_loads(self, key: tuple, loaded: Loaded, outcomes: list[tuple[str, float | None, str | None]],
+                              configured: set[str]) -> None:
+        """Note each adapter's load on its record, then free what was removed while the base loaded."""
+        catalog, base = self.catalogs[key], self.base_alias(key)
+        for path, seconds, error in outcomes:
+            source = "config" if path in configured else "runtime"
+            for adapter in [a for a in (catalog.by_path(path), *catalog.draining) if a is not None and a.path == path]:
+                adapter.load_seconds, adapter.error = seconds, error
+                adapter.loaded_at = time.time() if error is None else None
+            if error is None:
+                self.metrics.adapter_loads.labels(base, source).inc()
+            else:
+                self.metrics.adapter_load_failures.labels(base, source).inc()
+                log.error("adapter %s did not load onto %s: %s", path, base, error)
+        if loaded.engine is not None:
+            for path in set(loaded.engine.adapters) - self.needed(key):
+                self.release_file(key, path)
+
+    def _load_blocking(self, key: tuple, siblings: list[ModelEntry], plan: list[tuple[str, bool]],
+                       outcomes: list[tuple[str, float | None, str | None]]) -> Loaded:
+        """Load the base and then each adapter of `plan` (path, configured), timing each into `outcomes`.
+
+        A configured adapter that fails fails the load; a runtime one is noted and skipped (its
+        requests get the reason), and so is one whose file has left adapters_dir since it was added.
+        """
         entry = siblings[0]
         loading_model.set(", ".join(e.alias for e in siblings))   # this thread's copy of the context
         params: dict[str, Any] = dict(entry.load)
@@ -145,9 +253,8 @@ class Registry:
             # every load key but seed (config rejects it for embedding entries) is a Llama keyword
             loaded.embedder = Llama(entry.model, embedding=True, **params)
             return loaded
-        adapters = sorted({os.fspath(p) for e in siblings for p, _ in e.lora_adapters})
-        loaded.engine = Engine(
-            os.fspath(entry.model), adapters,
+        engine = Engine(
+            os.fspath(entry.model), [],
             parallel=_either(entry.parallel, self.config.parallel),
             max_queue=_either(entry.max_queue, self.config.max_queue),
             kv_unified=_either(entry.kv_unified, self.config.kv_unified),
@@ -155,7 +262,24 @@ class Registry:
             seed=params.get("seed"),     # config rejects pooling_type for generation entries
             model_kwargs={k: v for k, v in params.items() if k in MODEL_KEYS},
             context_kwargs={k: v for k, v in params.items() if k in CONTEXT_KEYS},
-        ).start()
+        )
+        try:
+            for path, configured in plan:
+                started = time.perf_counter()
+                try:
+                    if not configured and not still_inside(path, self.config.adapters_dirs):
+                        raise ValueError("the file is no longer inside adapters_dir")
+                    engine.add_adapter(path)        # the worker has not started: loads here
+                except (OSError, ValueError) as exc:
+                    if configured:
+                        raise
+                    outcomes.append((path, None, str(exc)))
+                    continue
+                outcomes.append((path, time.perf_counter() - started, None))
+        except BaseException:
+            engine.close()
+            raise
+        loaded.engine = engine.start()
         return loaded
 
     async def _make_room(self, entry: ModelEntry) -> None:
@@ -185,8 +309,11 @@ class Registry:
         if self.loaded.get(loaded.key) is not loaded:
             return
         del self.loaded[loaded.key]
+        n_adapters = len(loaded.engine.adapters) if loaded.engine is not None else 0
         await asyncio.to_thread(loaded.close)
         self.metrics.unloads.labels(loaded.entries[0].alias, reason).inc()
+        if n_adapters:
+            self.metrics.adapter_unloads.labels(self.base_alias(loaded.key), reason).inc(n_adapters)
         self.metrics.loaded_models.set(len(self.loaded))
         log.info("%s %s", reason, loaded.entries[0].alias)
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, field_validator
 
 from llamacore.sampling import SamplingParams
+from llamaserve.config_keys import MAX_SCALE
 
 
 class _Request(BaseModel):
@@ -18,7 +19,34 @@ class StreamOptions(_Request):
     include_usage: bool = False
 
 
-class SamplingFields(_Request):
+def _scale(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or not -MAX_SCALE <= value <= MAX_SCALE:
+        raise ValueError(f"a scale must be a finite number between {-MAX_SCALE:g} and {MAX_SCALE:g}, "
+                         f"got {str(value)[:40]}")
+    return float(value)
+
+
+Scale = Annotated[float, BeforeValidator(_scale)]
+_NAME = Field(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]+$")
+Name = Annotated[str, _NAME]
+
+
+class LoraScale(_Request):
+    """One entry of llama.cpp's per-request ``lora`` list: an adapter id from GET /lora-adapters."""
+
+    id: StrictInt
+    scale: Scale
+
+
+class AdapterFields(_Request):
+    """The per-request adapter set, in our form or llama.cpp's; either replaces the alias's own set."""
+
+    lora_adapters: dict[str, Scale] | None = None
+    lora: list[LoraScale] | None = None
+
+
+class SamplingFields(AdapterFields):
     model: str | None = None
     max_tokens: int | None = Field(None, ge=0)
     temperature: float = Field(1.0, ge=0.0, le=2.0)
@@ -94,9 +122,35 @@ class ChatRequest(SamplingFields):
     parallel_tool_calls: bool | None = None
 
 
-class EmbeddingRequest(_Request):
+class EmbeddingRequest(AdapterFields):      # adapter fields only to refuse them clearly
     model: str | None = None
     input: str | list[str] | list[int] | list[list[int]]
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = None
     user: str | None = None
+
+
+# -- admin -------------------------------------------------------------------------------------
+
+
+class AddAdapterRequest(_Request):
+    """POST /admin/adapters: serve the adapter at `path` (inside adapters_dir) on `base` as `alias`."""
+
+    path: str = Field(min_length=1)
+    alias: Name
+    base: Name | None = None          # default: the server's default model
+    scale: Scale = 1.0
+
+
+class LoadLoraAdapterRequest(_Request):
+    """vLLM's POST /v1/load_lora_adapter (the adapter goes onto `base_model_name`, else the default model)."""
+
+    lora_name: Name
+    lora_path: str = Field(min_length=1)
+    base_model_name: Name | None = None
+
+
+class UnloadLoraAdapterRequest(_Request):
+    """vLLM's POST /v1/unload_lora_adapter."""
+
+    lora_name: Name

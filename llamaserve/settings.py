@@ -15,12 +15,19 @@ from typing import Any
 
 @dataclass(frozen=True)
 class ModelEntry:
-    """One servable name (plus extra names): a base model file, its load options and adapters."""
+    """One servable name (plus extra names): a base model file, its load options and adapters.
+
+    `lora_adapters` apply to every request for this alias (unless the request names its own set);
+    `adapters` are loaded onto the base too but apply only to requests that name them. Each
+    adapter file's name (for requests and /lora-adapters) is the one given in `adapters`, else
+    its file stem.
+    """
 
     alias: str
     aliases: tuple[str, ...]
     model: Path
     lora_adapters: tuple[tuple[Path, float], ...] = ()
+    adapters: tuple[tuple[Path, str | None], ...] = ()      # (file, name or None for its stem)
     load: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}), hash=False)
     chat_format: str | None = None
     chat_template: str | None = None
@@ -31,6 +38,10 @@ class ModelEntry:
 
     def names(self) -> tuple[str, ...]:
         return (self.alias, *self.aliases)
+
+    def adapter_files(self) -> tuple[Path, ...]:
+        """Every adapter file this entry puts on its base, applied by default or not."""
+        return tuple(dict.fromkeys([p for p, _ in self.lora_adapters] + [p for p, _ in self.adapters]))
 
     def base_key(self) -> tuple:
         """Entries with equal keys share one loaded base model (and hot-swap their adapters)."""
@@ -46,6 +57,8 @@ class ServerConfig:
     api_key: str | None = None
     default_model: str | None = None
     models_dir: Path | None = None
+    adapters_dirs: tuple[Path, ...] = ()    # where runtime adapters (POST /admin/adapters) may live
+    persist_adapters: bool = False          # keep runtime adapters across restarts (a file per folder)
     max_loaded_models: int | None = None
     memory_budget: int | None = None
     idle_unload: float | None = 300

@@ -23,7 +23,7 @@ from llamaserve.routes.requests import (
     Prepared,
     acquire_engine,
     check_prompt_fits,
-    entry_adapters,
+    count_adapter_usage,
     parse_body,
     respond,
 )
@@ -35,8 +35,9 @@ async def chat_completions(request: Request) -> Response:
     state = request.app.state
 
     async def prepare(stack: AsyncExitStack) -> Prepared:
-        entry, loaded, engine = await acquire_engine(stack, state.registry, body.model)
-        template = loaded.chat_template(entry)
+        acquired = await acquire_engine(stack, state.registry, body, body.model)
+        entry, engine = acquired.entry, acquired.engine
+        template = acquired.loaded.chat_template(entry)
         messages = [m.model_dump(exclude_none=True) for m in body.messages]
         try:
             tools, tool_grammar = tool_setup(template, body.tools, body.tool_choice)
@@ -48,9 +49,10 @@ async def chat_completions(request: Request) -> Response:
         check_prompt_fits(len(tokens), engine.n_ctx_seq)
         choices = [Choice(index=j, tokens=tokens, sampling=body.sampling(grammar, j)) for j in range(body.n)]
         events = run_choices(engine, choices, stack, max_tokens=body.max_completion_tokens or body.max_tokens,
-                             adapters=entry_adapters(entry), stops=stops,
+                             adapters=acquired.selection.key, stops=stops,
                              n_logprobs=(body.top_logprobs or 0) if body.logprobs else None,
                              ignore_eos=body.ignore_eos, metrics=state.metrics, model_name=entry.alias)
+        count_adapter_usage(stack, state.registry, acquired, len(tokens), choices)
         envelope = Envelope.new("chatcmpl", body.model or entry.alias)
         style = tool_calls.style_for(template) if tools else None
         include_usage = bool(body.stream_options and body.stream_options.include_usage)

@@ -18,7 +18,7 @@ from llamaserve.routes.requests import (
     Prepared,
     acquire_engine,
     check_prompt_fits,
-    entry_adapters,
+    count_adapter_usage,
     parse_body,
     respond,
 )
@@ -59,7 +59,8 @@ async def completions(request: Request) -> Response:
         raise APIError(400, str(exc)) from None
 
     async def prepare(stack: AsyncExitStack) -> Prepared:
-        entry, _, engine = await acquire_engine(stack, state.registry, body.model)
+        acquired = await acquire_engine(stack, state.registry, body, body.model)
+        entry, engine = acquired.entry, acquired.engine
         prompts = _prompts(body, engine.model)
         for tokens in prompts:
             check_prompt_fits(len(tokens), engine.n_ctx_seq)
@@ -67,10 +68,11 @@ async def completions(request: Request) -> Response:
                    for i, tokens in enumerate(prompts) for j in range(body.n)]
         echo = {c.index: engine.model.detokenize(c.tokens, True).decode("utf-8", "replace") if body.echo else ""
                 for c in choices}
-        events = run_choices(engine, choices, stack, max_tokens=body.max_tokens, adapters=entry_adapters(entry),
+        events = run_choices(engine, choices, stack, max_tokens=body.max_tokens, adapters=acquired.selection.key,
                              stops=stops, n_logprobs=body.logprobs, ignore_eos=body.ignore_eos,
                              metrics=state.metrics, model_name=entry.alias)
         n_prompt = sum(len(t) for t in prompts)
+        count_adapter_usage(stack, state.registry, acquired, n_prompt, choices)
         envelope = Envelope.new("cmpl", body.model or entry.alias)
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
 

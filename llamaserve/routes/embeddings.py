@@ -19,6 +19,9 @@ async def embeddings(request: Request) -> Response:
     body = await parse_body(request, EmbeddingRequest)
     if body.input == "" or body.input == []:
         raise APIError(400, "input must not be empty", param="input")
+    if body.lora_adapters is not None or body.lora is not None:
+        raise APIError(400, "embeddings take no LoRA adapters (lora_adapters and lora apply to completions and "
+                            "chat)", param="lora_adapters" if body.lora_adapters is not None else "lora")
     async with AsyncExitStack() as stack:
         entry, loaded = await acquire(stack, request.app.state.registry, body.model)
         if loaded.embedder is None:

@@ -1,20 +1,72 @@
-"""GET /v1/models, /health, /metrics and the admin routes (load, unload, state)."""
+"""GET /v1/models and /v1/models/{id}, llama.cpp's /lora-adapters, /health and /metrics."""
 
 from __future__ import annotations
 
+import os
 import time
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from llamaserve.errors import APIError, UnknownModelError, api_error_for
+from llamaserve.registry import Registry
+from llamaserve.settings import ModelEntry
+
+
+def model_card(registry: Registry, entry: ModelEntry, name: str, created: int) -> dict[str, Any]:
+    """An OpenAI model object; adapter-backed aliases also carry `parent` (the base's alias, as vLLM
+    lists LoRA models) and their adapters by name."""
+    card: dict[str, Any] = {"id": name, "object": "model", "created": created, "owned_by": "llamaserve",
+                            "parent": registry.parent(entry)}
+    if entry.lora_adapters:
+        catalog = registry.catalog(entry)
+        card["lora_adapters"] = {catalog.by_path(os.fspath(p)).name: s     # type: ignore[union-attr]
+                                 for p, s in entry.lora_adapters}
+    return card
 
 
 async def list_models(request: Request) -> Response:
+    registry: Registry = request.app.state.registry
     created = int(time.time())
-    data = [{"id": name, "object": "model", "created": created, "owned_by": "llamaserve"}
-            for name in request.app.state.registry.names()]
+    data = [model_card(registry, e, name, created) for e in registry.entries() for name in e.names()]
     return JSONResponse({"object": "list", "data": data})
+
+
+async def get_model(request: Request) -> Response:
+    registry: Registry = request.app.state.registry
+    name = request.path_params["model"]
+    try:
+        entry = registry.entry(name) if name else None
+    except UnknownModelError:
+        entry = None
+    if entry is None:
+        raise APIError(404, f"The model '{name[:200]}' does not exist", param="model", code="model_not_found")
+    return JSONResponse(model_card(registry, entry, name, int(time.time())))
+
+
+async def lora_adapters(request: Request) -> Response:
+    """llama.cpp's GET /lora-adapters for the base of `?model=` (default model): [{id, path, scale}].
+
+    `scale` is the scale that alias applies when a request names no adapters (0 for the others);
+    ids are what a request's `lora: [{id, scale}]` names.
+    """
+    registry: Registry = request.app.state.registry
+    try:
+        entry = registry.entry(request.query_params.get("model"))
+    except UnknownModelError as exc:
+        raise api_error_for(exc) from None
+    defaults = {os.fspath(p): s for p, s in entry.lora_adapters}
+    return JSONResponse([{"id": a.id, "path": a.path, "scale": defaults.get(a.path, 0.0), "name": a.name}
+                         for a in registry.catalog(entry).listed()])
+
+
+async def set_lora_adapters(request: Request) -> Response:
+    """llama.cpp's POST /lora-adapters sets server-wide scales; here each request or alias has its own."""
+    raise APIError(405, "setting adapter scales for every request is not supported: send them per request "
+                        "(\"lora\": [{\"id\": i, \"scale\": s}] or \"lora_adapters\": {\"name\": s}), or add an "
+                        "alias with those scales (POST /admin/adapters, or lora_adapters in the config)",
+                   headers={"Allow": "GET"})
 
 
 async def health(request: Request) -> Response:
@@ -27,49 +79,3 @@ async def prometheus(request: Request) -> Response:
     state.metrics.active_sequences.set(sum(e.active for e in engines))
     state.metrics.queue_depth.set(sum(e.queued for e in engines))
     return Response(state.metrics.render(), media_type="text/plain; version=0.0.4")
-
-
-def _entry(request: Request):
-    try:
-        return request.app.state.registry.entry(request.path_params["alias"])
-    except UnknownModelError as exc:
-        raise api_error_for(exc, param="alias") from None
-
-
-async def admin_models(request: Request) -> Response:
-    registry = request.app.state.registry
-    now = time.monotonic()
-    out = []
-    for entry in registry.config.models:
-        loaded = registry.state(entry)
-        item = {"alias": entry.alias, "aliases": list(entry.aliases), "model": str(entry.model),
-                "lora_adapters": {str(p): s for p, s in entry.lora_adapters},
-                "state": "loaded" if loaded else "unloaded"}
-        if loaded:
-            item.update({
-                "memory_bytes": loaded.memory_bytes(), "load_seconds": round(loaded.load_seconds, 3),
-                "idle_seconds": round(now - loaded.last_used, 3), "in_use": loaded.in_use,
-                "active_sequences": loaded.engine.active if loaded.engine else 0,
-                "queued": loaded.engine.queued if loaded.engine else 0,
-                "shared_with": [e.alias for e in loaded.entries if e.alias != entry.alias],
-            })
-        out.append(item)
-    return JSONResponse({"object": "list", "data": out})
-
-
-async def admin_load(request: Request) -> Response:
-    entry = _entry(request)
-    loaded = await request.app.state.registry.load(entry)
-    return JSONResponse({"alias": entry.alias, "state": "loaded", "load_seconds": round(loaded.load_seconds, 3)})
-
-
-async def admin_unload(request: Request) -> Response:
-    entry = _entry(request)
-    registry = request.app.state.registry
-    loaded = registry.state(entry)
-    if loaded is not None:
-        if loaded.busy():
-            raise APIError(503, f"model '{entry.alias}' is serving requests",
-                           headers={"Retry-After": "1"})
-        await registry.unload(loaded, reason="admin")
-    return JSONResponse({"alias": entry.alias, "state": "unloaded"})

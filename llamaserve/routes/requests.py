@@ -5,16 +5,19 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from llamacore.prefix import AdapterKey, adapter_key
+from llamaserve.choices import Choice
 from llamaserve.engine import Engine
-from llamaserve.errors import APIError
+from llamaserve.errors import AdapterUnavailableError, APIError
 from llamaserve.registry import Loaded, Registry
+from llamaserve.routes.selection import Selection, select_adapters
+from llamaserve.schemas import AdapterFields
 from llamaserve.settings import ModelEntry
 from llamaserve.sse import sse_response
 
@@ -57,17 +60,44 @@ async def acquire(stack: AsyncExitStack, registry: Registry, name: str | None) -
     return entry, loaded
 
 
-async def acquire_engine(stack: AsyncExitStack, registry: Registry,
-                         name: str | None) -> tuple[ModelEntry, Loaded, Engine]:
-    """(entry, loaded base, its engine) of a generation model, pinned until `stack` closes."""
-    entry, loaded = await acquire(stack, registry, name)
+@dataclass(frozen=True)
+class Acquired:
+    """A generation request's model: its entry, the loaded base and engine, and its adapters."""
+
+    entry: ModelEntry
+    loaded: Loaded
+    engine: Engine
+    selection: Selection
+
+
+async def acquire_engine(stack: AsyncExitStack, registry: Registry, body: AdapterFields,
+                         name: str | None) -> Acquired:
+    """The generation model a request names and the adapters it selects, pinned until `stack` closes.
+
+    Adapter names and ids are checked before the base loads (a 400 costs no load); the selected
+    adapters are pinned first, so a removal while this request waits for the load or runs frees
+    them only when it ends.
+    """
+    entry = registry.entry(name)
+    selection = select_adapters(registry.catalog(entry), entry, body)
+    registry.pin(selection.used)
+    stack.callback(registry.unpin, entry, selection.used)
+    loaded: Loaded = await stack.enter_async_context(registry.use(entry))
     if loaded.engine is None:
         raise APIError(400, f"model '{entry.alias}' is an embedding model; use /v1/embeddings", param="model")
-    return entry, loaded, loaded.engine
+    for adapter in selection.used:
+        if adapter.path not in loaded.engine.adapters:
+            raise AdapterUnavailableError(f"adapter '{adapter.name}' did not load with model '{entry.alias}': "
+                                          f"{adapter.error or 'unknown reason'}")
+    return Acquired(entry, loaded, loaded.engine, selection)
 
 
-def entry_adapters(entry: ModelEntry) -> AdapterKey:
-    return adapter_key(entry.lora_adapters)
+def count_adapter_usage(stack: AsyncExitStack, registry: Registry, acquired: Acquired, n_prompt: int,
+                        choices: list[Choice]) -> None:
+    """Once the request ends, count it and its tokens for each adapter it decoded with."""
+    if acquired.selection.used:
+        stack.callback(lambda: registry.record_usage(acquired.entry, acquired.selection.used, n_prompt,
+                                                     sum(c.n_generated for c in choices)))
 
 
 def check_prompt_fits(n_tokens: int, n_ctx: int) -> None:
