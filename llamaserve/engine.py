@@ -44,7 +44,7 @@ class Engine:
     """A base model, its adapters and a context of `parallel` sequences, served by one thread."""
 
     def __init__(self, model_path: str, adapter_paths: list[str], *, parallel: int = 4, max_queue: int = 64,
-                 n_ctx: int = 2048, kv_unified: bool = True,
+                 n_ctx: int = 2048, kv_unified: bool = True, share_prefixes: bool = True,
                  seed: int | None = None, model_kwargs: dict[str, Any] | None = None,
                  context_kwargs: dict[str, Any] | None = None) -> None:
         self.model = Model(model_path, **(model_kwargs or {}))
@@ -55,7 +55,9 @@ class Engine:
         self.n_ctx_seq = min(n_ctx, self.ctx.n_ctx_seq)     # tokens one sequence may hold
         self.max_queue = max_queue
         self.seed = seed                                     # sampling seed of requests that set none
-        self.scheduler = Scheduler(parallel, n_batch=self.ctx.n_batch, n_ctx_seq=self.n_ctx_seq)
+        # sharing a prefix between sequences copies part of one: only a unified cache can
+        self.scheduler = Scheduler(parallel, n_batch=self.ctx.n_batch, n_ctx_seq=self.n_ctx_seq,
+                                   share_prefixes=share_prefixes and self.ctx.kv_unified)
         self._name = os.path.basename(model_path)
         self._samplers: dict[GenRequest, Sampler] = {}
         self._inbox: deque[GenRequest] = deque()
@@ -231,7 +233,8 @@ class Engine:
         for a in admitted:
             if not self.ctx.kv_remove(a.slot.seq, a.keep, -1):
                 self.ctx.kv_remove(a.slot.seq, 0, -1)      # removing a whole sequence always works
-                self.scheduler.forget_cache(a.slot)
+                if a.source is None:
+                    self.scheduler.forget_cache(a.slot)
             if self._seq_adapters.get(a.slot.seq) != a.req.adapters:
                 try:
                     self.ctx.set_sequence_adapters(a.slot.seq, {self.adapters[p]: s for p, s in a.req.adapters})
@@ -240,6 +243,8 @@ class Engine:
                     self._emit(self.scheduler.fail([a.slot], exc))
                     continue
                 self._seq_adapters[a.slot.seq] = a.req.adapters
+            if a.source is not None:         # the prompt's prefix is in another sequence: share its cells
+                self.ctx.kv_copy(a.source.seq, a.slot.seq, 0, a.shared)
 
     def _fail_running(self, exc: Exception) -> None:
         """An unexpected error ends the running requests, not the worker: a dead worker hangs them all."""

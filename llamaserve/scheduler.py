@@ -17,6 +17,13 @@ Each sequence carries its own LoRA adapter set (llamacore's Context.set_sequence
 one decode carries every running sequence whatever its adapters: generating sequences first (one
 token each), then prompt chunks with what is left of `n_batch`. KV is reused only between
 requests with equal adapter sets, since K and V depend on the adapters.
+
+Shared prefixes (with `share_prefixes`, which needs a unified KV cache): a new request whose
+prompt starts like what another sequence holds gets those KV cells shared into its own sequence
+(the executor's kv_copy, metadata only) instead of computing them again. When the prefix is
+still being computed by a sequence admitted earlier (requests that arrive together with one long
+system prompt), the request waits in the queue until that prefill has got past the prefix, as
+long as the shared part is at least `share_min` tokens.
 """
 
 from __future__ import annotations
@@ -71,11 +78,14 @@ class Slot:
 
 @dataclass(frozen=True)
 class Admission:
-    """A request placed in a slot; the executor trims the slot's KV to `keep` tokens."""
+    """A request placed in a slot; the executor trims the slot's KV to `keep` tokens, then, when
+    `source` is set, shares that slot's first `shared` positions into it (keep is 0 then)."""
 
     slot: Slot
     req: GenRequest
     keep: int
+    source: Slot | None = None
+    shared: int = 0
 
 
 @dataclass(frozen=True)
@@ -112,11 +122,14 @@ Emitted = list[tuple[GenRequest, EngineEvent]]
 class Scheduler:
     """Slots, waiting requests and the policy that packs them into decode steps."""
 
-    def __init__(self, n_slots: int, *, n_batch: int, n_ctx_seq: int) -> None:
+    def __init__(self, n_slots: int, *, n_batch: int, n_ctx_seq: int, share_prefixes: bool = False,
+                 share_min: int = 64) -> None:
         self.slots = [Slot(seq) for seq in range(n_slots)]
         self.waiting: deque[GenRequest] = deque()
         self.n_batch = n_batch
         self.n_ctx_seq = n_ctx_seq
+        self.share_prefixes = share_prefixes
+        self.share_min = share_min
 
     @property
     def running(self) -> list[Slot]:
@@ -138,6 +151,7 @@ class Scheduler:
                 events.append(self._finish(slot, Finished(FinishReason.CANCELLED, slot.generated)))
                 slot.state = SlotState.IDLE
         admitted: list[Admission] = []
+        deferred: list[GenRequest] = []
         while self.waiting:
             free = [s for s in self.slots if s.state is SlotState.IDLE]
             if not free:
@@ -146,14 +160,44 @@ class Scheduler:
             if req.cancelled:
                 events.append((req, Finished(FinishReason.CANCELLED, 0)))
                 continue
-            slot = max(free, key=lambda s: common_prefix(s.cached, req.tokens) if s.adapters == req.adapters else -1)
+            # the slot with the longest reusable prefix; else the one holding the least, to keep caches
+            slot = max(free, key=lambda s: (common_prefix(s.cached, req.tokens) if s.adapters == req.adapters else 0,
+                                            -len(s.cached)))
             keep = reusable_prefix(slot.cached, req.tokens) if slot.adapters == req.adapters else 0
+            source, shared = self._share_source(req, slot) if self.share_prefixes else (None, 0)
+            coming = self._coming_prefix(req) if self.share_prefixes else 0
+            if coming >= self.share_min and coming > max(keep, shared):
+                deferred.append(req)        # a sequence is computing a longer shared prefix: wait for it
+                continue
+            if shared > keep:
+                keep = 0
+            else:
+                source, shared = None, 0
             del slot.cached[keep:]
+            if source is not None:
+                slot.cached = list(req.tokens[:shared])
             slot.adapters, slot.req, slot.generated = req.adapters, req, 0
-            slot.pending = list(req.tokens[keep:])
+            slot.pending = list(req.tokens[len(slot.cached):])
             slot.state = SlotState.PREFILLING
-            admitted.append(Admission(slot, req, keep))
+            admitted.append(Admission(slot, req, keep, source, shared))
+        self.waiting.extendleft(reversed(deferred))
         return admitted, events
+
+    def _share_source(self, req: GenRequest, target: Slot) -> tuple[Slot | None, int]:
+        """The other sequence whose KV holds the longest prefix of `req`'s prompt (same adapters)."""
+        best, best_n = None, 0
+        for s in self.slots:
+            if s is not target and s.adapters == req.adapters:
+                n = reusable_prefix(s.cached, req.tokens)
+                if n > best_n:
+                    best, best_n = s, n
+        return best, best_n
+
+    def _coming_prefix(self, req: GenRequest) -> int:
+        """The longest prefix of `req`'s prompt that a prefilling sequence (same adapters) will hold."""
+        return max((reusable_prefix(s.req.tokens, req.tokens) for s in self.slots
+                    if s.state is SlotState.PREFILLING and s.req is not None and s.adapters == req.adapters),
+                   default=0)
 
     def forget_cache(self, slot: Slot) -> None:
         """The executor could not trim the slot's KV and cleared it: decode the whole prompt."""

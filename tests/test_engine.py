@@ -165,3 +165,42 @@ def test_unexpected_step_error_ends_running_requests_and_engine_serves_on(engine
     rec.wait(["after"])
     assert rec.done["after"] == ("end", FinishReason.LENGTH) and rec.events.count("after") == 8
     assert engine.active == 0
+
+
+def test_shared_prefix_is_computed_once_and_answers_are_unchanged(tiny_model_path):
+    """Requests arriving together with one long common prefix: one prefill of it, the same tokens."""
+    prefix = [1] + list(range(2000, 2240))
+    prompts = [prefix + [3000 + i, 3100 + i] for i in range(4)]
+
+    def serve(share):
+        engine = Engine(str(tiny_model_path), [], parallel=4, n_ctx=512, share_prefixes=share,
+                        context_kwargs={"n_threads": N_THREADS, "n_batch": 128, "n_ubatch": 128}).start()
+        out = {i: [] for i in range(4)}
+        done = threading.Event()
+        ended = []
+
+        def emit_for(i):
+            def emit(event):
+                if isinstance(event, Token):
+                    out[i].append(event.id)
+                else:
+                    ended.append(i)
+                    if len(ended) == 4:
+                        done.set()
+            return emit
+        try:
+            engine.ctx.reset_perf()
+            for i, p in enumerate(prompts):
+                engine.submit(GenRequest(p, GREEDY, 8, (), emit_for(i)))
+            assert done.wait(60)
+            return out, engine.ctx.perf()["n_p_eval"]
+        finally:
+            engine.close()
+
+    shared, n_shared = serve(True)
+    alone, n_alone = serve(False)
+    assert shared == alone and all(len(t) == 8 for t in shared.values())
+    # llama.cpp counts every token of a multi-token batch (the 4 x 8 generated ones too): without
+    # sharing every prompt is prefilled, with it the prefix once and then 2 tokens each
+    assert n_alone >= 4 * len(prompts[0])
+    assert n_shared <= len(prompts[0]) + 3 * 2 + 4 * 8, (n_shared, n_alone)

@@ -254,3 +254,54 @@ def test_fail_and_close_end_everything_once():
 def test_scheduler_does_not_load_llama_cpp():
     out = run_python("import sys, llamaserve.scheduler; print('llamacore._core' in sys.modules)")
     assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr
+
+
+SYSTEM = list(range(100, 400))           # a 300-token shared system prompt
+
+
+def test_requests_arriving_together_share_one_prefill_of_their_common_prefix():
+    sched, log = Scheduler(4, n_batch=128, n_ctx_seq=1024, share_prefixes=True), Log()
+    for i in range(4):
+        sched.add(log.request(f"q{i}", SYSTEM + [500 + i, 600 + i], max_tokens=2))
+    admitted, _ = sched.admit()
+    assert [a.req.name for a in admitted] == ["q0"] and len(sched.waiting) == 3   # the others wait for q0
+    prefilled = 0
+    while sched.waiting:
+        plan = sched.schedule()
+        prefilled += sum(len(r.tokens) for r in plan.rows if r.slot.req.name == "q0")
+        log.record(sched.on_sampled(plan, [Sampled(7, False) for _ in plan.sample]))
+        admitted, events = sched.admit()
+        log.record(events)
+    # once q0 is past the prefix, the others take its cells and decode only their own two tokens
+    assert prefilled >= len(SYSTEM)
+    assert [(a.req.name, a.source.req.name, a.shared, a.keep) for a in admitted] == \
+        [("q1", "q0", 300, 0), ("q2", "q0", 300, 0), ("q3", "q0", 300, 0)]
+    assert all(a.slot.cached == SYSTEM and a.slot.pending == a.req.tokens[300:] for a in admitted)
+    run(sched, log)
+    assert all(log.end[f"q{i}"] == Finished(FinishReason.LENGTH, 2) for i in range(4))
+
+
+def test_sharing_respects_adapters_and_the_minimum():
+    sched, log = Scheduler(4, n_batch=512, n_ctx_seq=1024, share_prefixes=True, share_min=64), Log()
+    sched.add(log.request("a", SYSTEM + [1], max_tokens=1, adapters=A))
+    sched.add(log.request("b", SYSTEM + [2], max_tokens=1, adapters=B))      # other adapters: no sharing
+    sched.add(log.request("short", SYSTEM[:10] + [3], max_tokens=1, adapters=A))   # under share_min: no wait
+    admitted, _ = sched.admit()
+    assert [(a.req.name, a.source) for a in admitted] == [("a", None), ("b", None), ("short", None)]
+    run(sched, log)
+    # a running sequence's cells are shared too, with a later request on the same adapters
+    sched.add(log.request("long", SYSTEM + [6], max_tokens=50, adapters=A))
+    step(sched, log)
+    step(sched, log)
+    sched.add(log.request("later", SYSTEM + [4, 5], max_tokens=1, adapters=A))
+    admitted, _ = sched.admit()
+    (a,) = admitted
+    assert a.source is not None and a.source.req.name == "long" and a.shared == 300 and a.keep == 0
+
+
+def test_no_sharing_without_the_option():
+    sched, log = Scheduler(4, n_batch=128, n_ctx_seq=1024), Log()
+    for i in range(3):
+        sched.add(log.request(f"q{i}", SYSTEM + [i], max_tokens=1))
+    admitted, _ = sched.admit()
+    assert len(admitted) == 3 and all(a.source is None for a in admitted)
