@@ -167,7 +167,8 @@ def describe(config: ServerConfig) -> str:
                 f"memory budget: {_bytes(config.memory_budget)}  "
                 f"idle unload: {_seconds(config.idle_unload)}  "
                 f"parallel: {config.parallel}  max queue: {config.max_queue}  "
-                f"kv cache: {'unified' if config.kv_unified else 'per sequence'}")
+                f"kv cache: {'unified' if config.kv_unified else 'per sequence'}  "
+                f"shared prefixes: {'on' if config.share_prefixes else 'off'}")
     runtime = (f"runtime adapters: {', '.join(map(str, config.adapters_dirs))}  "
                f"persisted: {'yes' if config.persist_adapters else 'no'}" if config.adapters_dirs
                else "runtime adapters: off (no adapters_dir)")
@@ -183,7 +184,7 @@ def describe(config: ServerConfig) -> str:
         extras = {"chat_format": entry.chat_format, "chat_template": entry.chat_template and "custom",
                   "idle_unload": entry.idle_unload and _seconds(entry.idle_unload),
                   "parallel": entry.parallel, "max_queue": entry.max_queue,
-                  "kv_unified": entry.kv_unified}
+                  "kv_unified": entry.kv_unified, "share_prefixes": entry.share_prefixes}
         shown = [f"{key}={value}" for key, value in extras.items() if value is not None]
         if shown:
             lines.append("    " + ", ".join(shown))

@@ -205,7 +205,7 @@ ROOT_KEYS: dict[str, Check] = {
     "adapters_dir": _optional(_folders), "persist_adapters": _bool,
     "max_loaded_models": _optional(_int(1)), "memory_budget": _optional(_via(parse_size, positive=True)),
     "idle_unload": _optional(_via(parse_duration)), "parallel": _int(1), "max_queue": _int(0),
-    "lora_steps_per_turn": _int(1), "kv_unified": _bool,
+    "lora_steps_per_turn": _int(1), "kv_unified": _bool, "share_prefixes": _bool,
     "log_level": _choice(LOG_LEVELS), "cors": _cors, "max_body_bytes": _via(parse_size, positive=True),
     "shutdown_grace": _float(),
 }
@@ -227,7 +227,7 @@ ENTRY_KEYS: dict[str, Check] = {
     "chat_format": _optional(string), "chat_template": _optional(string),
     "idle_unload": _optional(_via(parse_duration)), "parallel": _optional(_int(1)),
     "max_queue": _optional(_int(0)), "lora_steps_per_turn": _optional(_int(1)),
-    "kv_unified": _optional(_bool), **LOAD_KEYS,
+    "kv_unified": _optional(_bool), "share_prefixes": _optional(_bool), **LOAD_KEYS,
 }
 NAME_KEYS = ("alias", "model_alias", "aliases")
 ADAPTER_ITEM_KEYS = ("path", "name")     # the keys of one mapping in an entry's adapters list

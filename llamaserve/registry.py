@@ -258,6 +258,7 @@ class Registry:
             parallel=_either(entry.parallel, self.config.parallel),
             max_queue=_either(entry.max_queue, self.config.max_queue),
             kv_unified=_either(entry.kv_unified, self.config.kv_unified),
+            share_prefixes=_either(entry.share_prefixes, self.config.share_prefixes),
             n_ctx=params.get("n_ctx", 2048),
             seed=params.get("seed"),     # config rejects pooling_type for generation entries
             model_kwargs={k: v for k, v in params.items() if k in MODEL_KEYS},

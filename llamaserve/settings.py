@@ -35,6 +35,7 @@ class ModelEntry:
     parallel: int | None = None
     max_queue: int | None = None
     kv_unified: bool | None = None
+    share_prefixes: bool | None = None
 
     def names(self) -> tuple[str, ...]:
         return (self.alias, *self.aliases)
@@ -65,6 +66,7 @@ class ServerConfig:
     parallel: int = 4
     max_queue: int = 64
     kv_unified: bool = True
+    share_prefixes: bool = True
     log_level: str = "info"
     cors_origins: tuple[str, ...] = ()
     max_body_bytes: int = 4 * 1024 * 1024
