@@ -108,6 +108,13 @@ def mixed_lora_rows(mixed: dict) -> list[Row]:
     return rows
 
 
+def prefix_rows(pre: dict) -> list[Row]:
+    s, st = pre["summary"], pre["settings"]
+    what = f"{st['clients']} clients, {st['prefix_words']}-word shared prompt: TTFT p50"
+    return [(what, s["llamaserve"]["ttft_p50"], "same server, share_prefixes: false", s["llamaserve-no-sharing"]["ttft_p50"], "ms"),
+            (what, s["llamaserve"]["ttft_p50"], "llama-server", s["llama-server"]["ttft_p50"], "ms")]
+
+
 def lora_switch_rows(sw: dict) -> list[Row]:
     served, inproc = sw["served"]["median_s"], sw["in_process"]["median_s"]
     ours, peer = served["llamaserve-lora"], served["llama-server-lora"]
@@ -179,6 +186,8 @@ def headline(results: dict) -> list[Row]:
         rows += [r for r in lora_mix_rows(server) if r[0].startswith("mix4")]
     if mixed := _result(results, "mixed_lora"):
         rows += [r for r in mixed_lora_rows(mixed) if "mix4, 8" in r[0] and "tok/s)" in r[0]]
+    if pre := _result(results, "shared_prefix"):
+        rows += prefix_rows(pre)
     if sw := _result(results, "lora_switch"):
         rows += lora_switch_rows(sw)[1:2] + lora_switch_rows(sw)[-1:]
     rows += [r for r in load_rows(results) if r[0] in ("cold load + first token", "model switch: TTFT, model not loaded")]
@@ -218,6 +227,7 @@ def write(results: dict, json_path: Path) -> Path:
         ("server", "Serving: time to first token", ttft_rows, "lower"),
         ("server", "Mixed LoRA: 8 clients over 1, 2 and 4 adapters of one base", lora_mix_rows, "higher"),
         ("mixed_lora", "Mixed adapters in one batch: by adapter count and rank", mixed_lora_rows, "higher"),
+        ("shared_prefix", "Shared prompt prefixes", prefix_rows, "lower"),
         ("lora_switch", "LoRA switch latency", lora_switch_rows, "lower"),
         ("rss_idle", "Server memory (RSS) before load, loaded, after idle unload", rss_rows, "lower"),
     ]

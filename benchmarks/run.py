@@ -29,6 +29,7 @@ import bench_llm
 import bench_load
 import bench_lora_switch
 import bench_mixed_lora
+import bench_prefix
 import bench_server
 import machine
 import report
@@ -46,13 +47,15 @@ MODES = {
               "llm_models": "tiny,small", "llm_reps": 1, "llm_runs": 2, "switch_model": "small",
               "switch_reps": 3, "load_model": "small", "load_reps": 3, "server_model": "small",
               "server_args": ["--clients", "1,4,8,16", "--reps", "1", "--retries", "0"],
-              "mixed_args": ["--ranks", "8", "--adapters", "1,4,8", "--clients", "8", "--reps", "1", "--retries", "0"]},
+              "mixed_args": ["--ranks", "8", "--adapters", "1,4,8", "--clients", "8", "--reps", "1", "--retries", "0"],
+              "prefix_args": ["--clients", "8", "--prefix", "1500", "--reps", "1"]},
     "full": {"core_models": [f"{s}-{d}" for s in ("small", "mid") for d in ("f16", "q8_0", "q4_0")],
              "core_reps": 3, "core_runs": 5, "idle_wait": 30, "llm_models": "tiny,small,mid",
              "llm_reps": 3, "llm_runs": 3, "switch_model": "small", "switch_reps": 10,
              "load_model": "mid", "load_reps": 5, "server_model": "small",
              "server_args": ["--clients", "1,4,8,16", "--reps", "3"],
-             "mixed_args": ["--ranks", "8,64", "--adapters", "1,2,4,8", "--clients", "8,16", "--reps", "2"]},
+             "mixed_args": ["--ranks", "8,64", "--adapters", "1,2,4,8", "--clients", "8,16", "--reps", "2"],
+             "prefix_args": ["--clients", "8", "--prefix", "1500", "--reps", "3"]},
 }
 
 
@@ -93,6 +96,11 @@ def _mixed_lora(m: dict, threads: int, workdir: Path) -> dict:
     return bench_mixed_lora.main(args)
 
 
+def _prefix(m: dict, threads: int, workdir: Path) -> dict:
+    return bench_prefix.main(["--model", m["server_model"], "--threads", str(threads), "--workdir", str(workdir),
+                              *m["prefix_args"]])
+
+
 def _bandwidth(m: dict, threads: int, workdir: Path) -> dict:
     return machine.memory_bandwidth(threads)
 
@@ -107,6 +115,7 @@ CASES = {  # name -> (what it measures, runner)
     "rss_idle": ("server RSS after idle unload vs before load", _load_case("rss_idle")),
     "server": ("concurrency 1/4/8/16 and mixed-LoRA vs llama-server, llama-cpp-python server", _server),
     "mixed_lora": ("many adapters of one base in one batch, by adapter count and rank, vs llama-server", _mixed_lora),
+    "shared_prefix": ("8 clients with one long system prompt: TTFT vs no sharing and llama-server", _prefix),
 }
 
 
