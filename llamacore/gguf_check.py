@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import errno
 import os
+import threading
+from collections import OrderedDict
 from os import PathLike
 
 from llamacore.gguf_header import INT_TYPES, MAGIC, GGUFMetadata, ValueType, read_metadata
@@ -21,6 +23,12 @@ __all__ = ["check_gguf_file"]
 _LLAMA_MAX_LAYERS = 512          # llama-hparams.h
 _LLAMA_MAX_EXPERTS = 1024
 _ROPE_SCALING_TYPES = ("none", "linear", "yarn", "longrope")
+
+# files that passed, by (path, what, inode, size, mtime): a reload after an idle unload, a second
+# context or an adapter re-added skips reading the header again; any change to the file re-checks
+_PASSED: OrderedDict[tuple, None] = OrderedDict()
+_PASSED_MAX = 256
+_PASSED_LOCK = threading.Lock()
 
 
 def check_gguf_file(path: str | PathLike[str], what: str) -> str:
@@ -33,6 +41,21 @@ def check_gguf_file(path: str | PathLike[str], what: str) -> str:
         raise FileNotFoundError(errno.ENOENT, f"{what} file not found", path)
     if os.path.isdir(path):
         raise IsADirectoryError(errno.EISDIR, f"{what} path is a directory", path)
+    st = os.stat(path)
+    key = (os.path.realpath(path), what, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    with _PASSED_LOCK:
+        if key in _PASSED:
+            _PASSED.move_to_end(key)
+            return path
+    _check(path, what)
+    with _PASSED_LOCK:
+        _PASSED[key] = None
+        if len(_PASSED) > _PASSED_MAX:
+            _PASSED.popitem(last=False)
+    return path
+
+
+def _check(path: str, what: str) -> None:
     with open(path, "rb") as f:
         magic = f.read(4)
     if magic != MAGIC:
@@ -42,7 +65,6 @@ def check_gguf_file(path: str | PathLike[str], what: str) -> str:
         problems = _model_problems(header) if what == "model" else _adapter_problems(header)
         if problems:
             raise ValueError(f"{path} is not a valid {what}: " + "; ".join(problems))
-    return path
 
 
 def _model_problems(header: GGUFMetadata) -> list[str]:

@@ -97,3 +97,28 @@ def test_metadata_leaves_what_it_cannot_judge_to_llama_cpp(tmp_path):
     (tmp_path / "empty.gguf").write_bytes(b"")
     (tmp_path / "short.gguf").write_bytes(b"GGUF\x03\0\0\0")
     assert read_metadata(tmp_path / "empty.gguf") is None and read_metadata(tmp_path / "short.gguf") is None
+
+
+def test_a_checked_file_is_not_read_again_until_it_changes(tmp_path, monkeypatch):
+    """check_gguf_file remembers files that passed; replacing one with a bad file is checked again."""
+    from llamacore import gguf_check
+    from llamacore.gguf_check import check_gguf_file
+
+    def write(tokens):
+        w = gguf.GGUFWriter(tmp_path / "v.gguf", "llama")
+        w.add_array("tokenizer.ggml.tokens", tokens)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.close()
+
+    write(["a", "b", "c"])
+    path = str(tmp_path / "v.gguf")
+    assert check_gguf_file(path, "model") == path
+    reads = []
+    real = gguf_check._check
+    monkeypatch.setattr(gguf_check, "_check", lambda *a: reads.append(a) or real(*a))
+    assert check_gguf_file(path, "model") == path and reads == []      # not read again
+    write(["a", "b", "c", "b"])                    # same path, new content: checked again and refused
+    with pytest.raises(ValueError, match="twice"):
+        check_gguf_file(path, "model")
+    assert len(reads) == 1
