@@ -13,6 +13,8 @@ every adapter its catalogue holds before it serves again.
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import gc
 import logging
 import os
 import time
@@ -73,6 +75,17 @@ class Loaded:
             self.engine.close()
         self.engine = None
         self.embedder = None
+        gc.collect()                 # the model, context and adapters are freed with their last reference
+        _trim_heap()
+
+
+def _trim_heap() -> None:
+    """Hand freed heap pages back to the OS (glibc keeps them in its arenas after a model unloads)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):        # not glibc: nothing to trim
+        pass
 
 
 class Registry:
