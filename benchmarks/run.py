@@ -6,7 +6,10 @@ tools built from the same vendored tree; llama-cpp-python where installed) and w
 ``<out>/<date>-<machine>.json`` with ``.md`` and ``.png`` files next to it (``-quick`` is appended
 in quick mode). A case that fails is recorded with its error and the others still run.
 
-Usage: python -m benchmarks [--quick] [--only case,case] [--out DIR] [--threads N]
+With ``--only`` and ``--merge``, the selected cases are rerun into the existing report of the
+same name (the other cases are kept, with a note saying which cases ran at which commit).
+
+Usage: python -m benchmarks [--quick] [--only case,case [--merge]] [--out DIR] [--threads N]
 """
 
 from __future__ import annotations
@@ -163,16 +166,31 @@ def _versions() -> dict:
     return out
 
 
+def merged(base: dict, rerun: dict) -> dict:
+    """`base` with the cases of `rerun` replaced, and a note of when and where they ran."""
+    out = dict(base)
+    out["cases"] = {**base["cases"], **rerun["cases"]}
+    out["notes"] = [*base["notes"], f"cases {', '.join(rerun['cases'])} rerun {rerun['date']} at commit "
+                                    f"{rerun['git']['commit'][:10]}{' (dirty)' if rerun['git']['dirty'] else ''} "
+                                    f"with `{rerun['command']}`"]
+    out["roofline"] = roofline(out)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small models, single rounds (under 5 minutes)")
     ap.add_argument("--only", help=f"comma-separated cases out of: {', '.join(CASES)}")
+    ap.add_argument("--merge", action="store_true",
+                    help="with --only: replace those cases in the existing report of the same name, keep the rest")
     ap.add_argument("--out", type=Path, default=RESULTS, help="where the JSON, report and plots go")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     args = ap.parse_args(argv)
     cases = [c.strip() for c in args.only.split(",")] if args.only else list(CASES)
     if unknown := [c for c in cases if c not in CASES]:
         ap.error(f"unknown case(s) {', '.join(unknown)}; expected some of {', '.join(CASES)}")
+    if args.merge and not args.only:
+        ap.error("--merge needs --only (the cases to rerun)")
     mode = "quick" if args.quick else "full"
     m = MODES[mode]
     started = time.time()
@@ -209,9 +227,11 @@ def main(argv: list[str] | None = None) -> int:
     results["seconds"] = round(time.time() - started, 1)
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"{stem}.json"
+    if args.merge and path.exists():
+        results = merged(json.loads(path.read_text()), results)
     path.write_text(json.dumps(results, indent=1, default=str))
     md = report.write(results, path)
-    if not args.quick and not args.only and args.out.resolve() == RESULTS:
+    if not args.quick and (not args.only or args.merge) and args.out.resolve() == RESULTS:
         report.update_readme(results, path)       # a full run into results/ is the new reference
     print(f"\nwrote {path} and {md} in {results['seconds']:.0f}s")
     failed = [n for n, e in results["cases"].items() if "error" in e]
