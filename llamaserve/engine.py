@@ -66,6 +66,11 @@ class Engine:
         self._closed = False
         self._jobs: deque[tuple[Callable[[], Any], Future]] = deque()   # run on the worker between steps
         self._retired: set[str] = set()      # adapters to free once no request uses them
+        # Removed adapters stay allocated until the context goes: a context keeps state keyed by adapter
+        # address (reserved graph, cached graphs, mixed-adapter pool), so an adapter loaded later at a
+        # freed one's address would decode with freed tensors (a segfault once the adapter's buffer was
+        # unmapped). Until vendor/patches/0001 invalidates that state on free, nothing is freed early.
+        self._removed: list[LoraAdapter] = []
         self._seq_adapters: dict[int, AdapterKey] = {}   # the adapter set given to each sequence
         self._thread: threading.Thread | None = None
 
@@ -162,6 +167,7 @@ class Engine:
         self._emit([(req, Failed(error)) for req in inbox] + self.scheduler.close(error))
         self._samplers.clear()
         self.adapters = {}
+        self._removed.clear()
         self.ctx = None       # type: ignore[assignment]  # frees the context now; the engine is done
         self.model = None     # type: ignore[assignment]
 
@@ -225,7 +231,7 @@ class Engine:
                     self.ctx.set_sequence_adapters(seq, {})
                     self._seq_adapters[seq] = ()
             self.scheduler.forget_adapter(path)
-            del self.adapters[path]           # the last reference: llama.cpp frees it now
+            self._removed.append(self.adapters.pop(path))     # unusable now; freed with the context
 
     def _admit(self) -> None:
         admitted, events = self.scheduler.admit()
