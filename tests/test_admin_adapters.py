@@ -41,6 +41,8 @@ def files(tmp_path_factory, tiny_model_path, tiny_spec, lora_a_path, lora_b_path
                       (lora_a_path, str(outside / "secret.gguf"))):
         place(src, adapters / name)
     write_lora(adapters / "rank8.gguf", tiny_spec, rank=8, seed=11)
+    for seed in (1, 2):       # rank 64: big enough for a buffer of its own (unmapped when freed)
+        write_lora(adapters / f"big{seed}.gguf", tiny_spec, rank=64, seed=20 + seed)
     data = lora_a_path.read_bytes()
     (adapters / "corrupt.gguf").write_bytes(data[: len(data) // 2])
     (adapters / "not-gguf.gguf").write_bytes(b"PK\x03\x04 not a model")
@@ -265,6 +267,25 @@ def test_load_and_unload_under_traffic(srv, client):
     assert texts == refs
     assert not [a for a in adapters_of(srv) if a["source"] == "runtime"]       # freed once its requests ended
     assert counter(srv, "llamaserve_adapter_unloads_total", model="base", reason="removed") >= unloads + 4
+
+
+def test_adapters_added_after_a_removal_serve(srv, client):
+    """Load, use and remove adapters again and again on one loaded base: the server keeps serving,
+    and each answer is the adapter's own (a context never decodes with a freed adapter's tensors).
+
+    One request per adapter, one token of one prompt: every request then decodes a batch of the
+    same shape as the one before it, which llama.cpp would answer with the graph it built last.
+    """
+    answers: dict[str, list[str]] = {"big1": [], "big2": []}
+    for round_ in range(3):
+        for name in answers:
+            alias = f"{name}-{round_}"
+            assert add(srv, alias, f"{name}.gguf").status_code == 200
+            answers[name].append(complete(client, alias, max_tokens=1))
+            assert delete(srv, alias).status_code == 200
+    assert len(set(answers["big1"])) == 1 and len(set(answers["big2"])) == 1
+    assert answers["big1"] != answers["big2"]
+    assert srv.proc.poll() is None and srv.get("/health").status_code == 200
 
 
 def _wait_unloaded(srv, alias, timeout=20):
