@@ -19,8 +19,6 @@ Usage: python benchmarks/bench_mixed_lora.py [--model small|mid] [--ranks 8,64] 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json
 import os
 import statistics
 import tempfile
@@ -29,7 +27,7 @@ from pathlib import Path
 
 import servers
 from models import SPECS, ensure_loras, ensure_model
-from server_rounds import bench, make_client, print_table, summarize, warmup
+from server_rounds import add_round_options, bench, make_client, print_table, run_report, summarize, warmup
 
 N_CTX = 256
 
@@ -173,23 +171,12 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--adapters", type=_ints, default=[1, 2, 4, 8], help="adapters per case (1 = single)")
     ap.add_argument("--clients", type=_ints, default=[8, 16], help="concurrent clients per round")
     ap.add_argument("--reps", type=int, default=2, help="rounds per server and case")
-    ap.add_argument("--idle-wait", type=float, default=10.0,
-                    help="max seconds to wait for idle CPUs before each round (0: never)")
-    ap.add_argument("--noise", type=float, default=0.05,
-                    help="a round during which other processes used more than this fraction of the CPUs "
-                         "(and over 0.05 CPU-seconds) is discarded and rerun")
-    ap.add_argument("--retries", type=int, default=2, help="reruns of a noisy round (the last one is kept)")
-    ap.add_argument("--workdir", help="where server configs and logs go (default: a new temp dir)")
-    ap.add_argument("--json", type=Path, help="write settings, every round and the summaries here")
+    add_round_options(ap, retries=2)
     args = ap.parse_args(argv)
     if not args.adapters or min(args.adapters) < 1 or max(args.adapters) > 8:
         ap.error("--adapters must be 1..8 each")
     args.adapters = sorted(set(args.adapters))
-    report = asyncio.run(amain(args))
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=2, default=str))
-        print(f"wrote {args.json}")
-    return report
+    return run_report(amain, args)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import servers
 from models import SPECS, ensure_model
-from server_rounds import make_client, med, percentile
+from server_rounds import make_client, med, percentile, run_report
 
 N_GEN = 16
 WORDS = ("the", "little", "dog", "ran", "to", "a", "big", "red", "house", "and", "saw", "cat", "sun", "tree")
@@ -110,11 +110,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--workdir", help="where server configs and logs go (default: a new temp dir)")
     ap.add_argument("--json", type=Path, help="write the report here")
-    args = ap.parse_args(argv)
-    report = asyncio.run(amain(args))
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=2, default=str))
-    return report
+    return run_report(amain, ap.parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -26,15 +26,14 @@ Usage: python benchmarks/bench_server.py [--model small|mid|PATH] [--dtype f16] 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json
 import os
 import tempfile
 from pathlib import Path
 
 import servers
 from models import SPECS, ensure_loras, ensure_model  # also puts the checkout on sys.path
-from server_rounds import N_GEN, PROMPT, bench, make_client, print_table, ratio, summarize, warmup
+from server_rounds import (N_GEN, PROMPT, add_round_options, bench, make_client, print_table, ratio, run_report,
+                           summarize, warmup)
 
 N_CTX = 256
 PARALLEL = 8
@@ -196,14 +195,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--lora-reps", type=int, help="rounds per server and LoRA case (default: --reps)")
     ap.add_argument("--quick", action="store_true", help="clients 1,8 and 1 rep")
     ap.add_argument("--no-lora", action="store_true", help="skip the mixed-LoRA phase")
-    ap.add_argument("--idle-wait", type=float, default=10.0,
-                    help="max seconds to wait for idle CPUs before each round (0: never)")
-    ap.add_argument("--noise", type=float, default=0.05,
-                    help="a round during which other processes used more than this fraction of the CPUs "
-                         "(and over 0.05 CPU-seconds) is discarded and rerun")
-    ap.add_argument("--retries", type=int, default=3, help="reruns of a noisy round (the last one is kept)")
-    ap.add_argument("--workdir", help="where server configs and logs go (default: a new temp dir)")
-    ap.add_argument("--json", type=Path, help="write settings, every round and the summaries here")
+    add_round_options(ap, retries=3)
     args = ap.parse_args(argv)
     if args.quick:
         args.clients, args.reps = "1,8", 1
@@ -213,11 +205,7 @@ def main(argv: list[str] | None = None) -> dict:
     if not 1 <= args.reps <= 20:
         ap.error("--reps must be 1..20")
     args.lora_reps = args.lora_reps or args.reps
-    report = asyncio.run(amain(args))
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=2, default=str))
-        print(f"wrote {args.json}")
-    return report
+    return run_report(amain, args)
 
 
 if __name__ == "__main__":

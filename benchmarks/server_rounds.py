@@ -280,3 +280,29 @@ async def switch_ttfts(server: servers.Server, a: str, b: str, reps: int) -> dic
     finally:
         await client.close()
     return got
+
+
+# -- command lines -----------------------------------------------------------------------------
+
+
+def add_round_options(ap, retries: int = 3) -> None:
+    """The options `bench` and `run_report` read: idle wait, noise threshold, retries, workdir, json."""
+    ap.add_argument("--idle-wait", type=float, default=10.0,
+                    help="max seconds to wait for idle CPUs before each round (0: never)")
+    ap.add_argument("--noise", type=float, default=0.05,
+                    help="a round during which other processes used more than this fraction of the CPUs "
+                         "(and over 0.05 CPU-seconds) is discarded and rerun")
+    ap.add_argument("--retries", type=int, default=retries, help="reruns of a noisy round (the last one is kept)")
+    ap.add_argument("--workdir", help="where server configs and logs go (default: a new temp dir)")
+    ap.add_argument("--json", type=Path, help="write settings, every round and the summaries here")
+
+
+def run_report(amain, args) -> dict:
+    """Run a benchmark's async main and write its report to --json when given."""
+    import json
+
+    report = asyncio.run(amain(args))
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2, default=str))
+        print(f"wrote {args.json}")
+    return report

@@ -23,4 +23,4 @@ cdef class Context:
     cdef int _validate(self, Batch batch) except -1
     cdef int _run(self, Batch batch, bint encode) except -1
     cdef int _check_seq(self, int seq_id, bint allow_all) except -1
-    cdef dict _checked_adapters(self, adapters)
+    cdef dict _apply_adapters(self, int seq_id, adapters)

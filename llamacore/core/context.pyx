@@ -193,8 +193,11 @@ cdef class Context:
 
     # -- LoRA --------------------------------------------------------------------------------
 
-    cdef dict _checked_adapters(self, adapters):
-        """{LoraAdapter: float scale}, every adapter of this context's model, every scale finite."""
+    cdef dict _apply_adapters(self, int seq_id, adapters):
+        """Give sequence `seq_id` (-1: the whole context) exactly these adapters; returns them checked.
+
+        Every key must be a LoraAdapter of this context's model and every scale finite.
+        """
         checked = {}
         for adapter, scale in dict(adapters).items():
             if not isinstance(adapter, LoraAdapter):
@@ -205,6 +208,19 @@ cdef class Context:
             if not math.isfinite(value):
                 raise ValueError(f"scale of adapter {(<LoraAdapter>adapter).path} must be a finite number, got {scale!r}")
             checked[adapter] = value
+        cdef vector[llama.llama_adapter_lora *] ptrs
+        cdef vector[float] scales
+        for adapter, value in checked.items():
+            ptrs.push_back((<LoraAdapter>adapter).ptr)
+            scales.push_back(value)
+        cdef int32_t rc
+        if seq_id < 0:
+            rc = llama.llama_set_adapters_lora(self.ptr, ptrs.data(), ptrs.size(), scales.data())
+        else:
+            rc = llama.llama_set_adapters_lora_seq(self.ptr, seq_id, ptrs.data(), ptrs.size(), scales.data())
+        if rc != 0:
+            whose = "the context" if seq_id < 0 else f"sequence {seq_id}"
+            raise ValueError(f"llama.cpp refused the adapter set of {whose} ({rc})")
         return checked
 
     def set_adapters(self, adapters):
@@ -214,16 +230,7 @@ cdef class Context:
         (set_sequence_adapters). Only the context's adapter list changes: no weights are read
         or copied, but llama.cpp re-plans its compute graph on the next decode.
         """
-        checked = self._checked_adapters(adapters)
-        cdef vector[llama.llama_adapter_lora *] ptrs
-        cdef vector[float] scales
-        for adapter, scale in checked.items():
-            ptrs.push_back((<LoraAdapter>adapter).ptr)
-            scales.push_back(scale)
-        cdef int32_t rc = llama.llama_set_adapters_lora(self.ptr, ptrs.data(), ptrs.size(), scales.data())
-        if rc != 0:
-            raise ValueError(f"llama.cpp refused the adapter set ({rc})")
-        self._adapters = checked
+        self._adapters = self._apply_adapters(-1, adapters)
 
     @property
     def adapters(self):
@@ -240,17 +247,7 @@ cdef class Context:
         under its old set: clear it (kv_remove) unless that is what you want.
         """
         self._check_seq(seq_id, False)
-        checked = self._checked_adapters(adapters)
-        cdef vector[llama.llama_adapter_lora *] ptrs
-        cdef vector[float] scales
-        for adapter, scale in checked.items():
-            ptrs.push_back((<LoraAdapter>adapter).ptr)
-            scales.push_back(scale)
-        cdef int32_t rc = llama.llama_set_adapters_lora_seq(self.ptr, seq_id, ptrs.data(), ptrs.size(),
-                                                            scales.data())
-        if rc != 0:
-            raise ValueError(f"llama.cpp refused the adapter set of sequence {seq_id} ({rc})")
-        self._seq_adapters[seq_id] = checked
+        self._seq_adapters[seq_id] = self._apply_adapters(seq_id, adapters)
 
     def clear_sequence_adapters(self, int seq_id):
         """Sequence `seq_id` goes back to the context-wide adapters (set_adapters)."""
