@@ -10,6 +10,13 @@ Served: llamaserve with aliases "l1" and "l2" (two adapters on one loaded base) 
 with both adapters loaded and per-request ``"lora"`` scales. One client sends requests
 l1, l1, l2, l2, l1, ... (max_tokens 2); a request whose adapter differs from the previous one's
 is a switch. Time to first token (TTFT) medians of switch and no-switch requests are compared.
+The same llamaserve process is also driven with per-request selection, model "base" and
+``"lora_adapters": {name: 1.0}`` ("llamaserve-per-request"), the form that matches
+llama-server's per-request ``lora``.
+
+Runtime load: on a llamaserve with ``adapters_dir`` holding a rank-8 adapter, the wall time of
+``POST /admin/adapters`` (file loaded onto the already loaded base, alias registered) and the load
+time the server reports, each add followed by a DELETE so the next add loads the file again.
 
 Usage: python benchmarks/bench_lora_switch.py [--model small|mid] [--threads N] [--reps N] [--json OUT]
 """
@@ -19,10 +26,13 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import os
+import shutil
+import statistics
 import tempfile
 import time
 from pathlib import Path
 
+import httpx
 import servers
 from models import ensure_loras, ensure_model  # also puts the checkout on sys.path
 from server_rounds import PROMPT, switch_ttfts
@@ -80,21 +90,61 @@ def served(path: Path, loras: dict[str, Path], threads: int, reps: int, workdir:
     two = {k: loras[k] for k in ("l1", "l2")}
     out: dict = {}
     with servers.ServerSet() as group:
-        for s in (servers.llamaserve(path, workdir, threads=threads, loras=two, name="llamaserve-lora"),
-                  servers.llama_server(path, workdir, threads=threads, loras=two, name="llama-server-lora")):
+        ours = servers.llamaserve(path, workdir, threads=threads, loras=two, name="llamaserve-lora")
+        for alias, file in two.items():     # per-request selection on the base, by the adapter's name (its stem)
+            ours.targets[f"req-{alias}"] = ("base", {"ignore_eos": True, "lora_adapters": {file.stem: 1.0}})
+        # (server, first alias, second alias, series name): the per-request series shares our process
+        rounds = [(ours, "l1", "l2", ours.name), (ours, "req-l1", "req-l2", "llamaserve-per-request")]
+        peer = servers.llama_server(path, workdir, threads=threads, loras=two, name="llama-server-lora")
+        rounds.append((peer, "l1", "l2", peer.name))
+        for s in (ours, peer):
             group.add(s)
-            asyncio.run(switch_ttfts(s, "l1", "l2", 1))             # warmup (llamaserve loads lazily)
-            out[s.name] = {"switch": [], "no switch": []}
+        for s, a, b, name in rounds:
+            asyncio.run(switch_ttfts(s, a, b, 1))                     # warmup (llamaserve loads lazily)
+            out[name] = {"switch": [], "no switch": []}
         for rep in range(reps):
-            order = group.servers if rep % 2 == 0 else group.servers[::-1]
-            for s in order:
-                for k, v in asyncio.run(switch_ttfts(s, "l1", "l2", 1)).items():
-                    out[s.name][k] += v
+            for s, a, b, name in rounds if rep % 2 == 0 else rounds[::-1]:
+                for k, v in asyncio.run(switch_ttfts(s, a, b, 1)).items():
+                    out[name][k] += v
     summary = {name: medians(v) for name, v in out.items()}
-    ours, peer = summary["llamaserve-lora"], summary["llama-server-lora"]
+    mine, per_request, theirs = (summary[n] for n in ("llamaserve-lora", "llamaserve-per-request",
+                                                      "llama-server-lora"))
     return {"samples_s": out, "median_s": summary,
-            "ratio_switch": ours["switch"] / peer["switch"],
-            "ratio_no_switch": ours["no switch"] / peer["no switch"]}
+            "ratio_switch": mine["switch"] / theirs["switch"],
+            "ratio_no_switch": mine["no switch"] / theirs["no switch"],
+            "per_request_ratio_switch": per_request["switch"] / theirs["switch"],
+            "per_request_ratio_no_switch": per_request["no switch"] / theirs["no switch"],
+            # what a switch adds over repeating the adapter, on each side
+            "switch_cost_s": {n: m["switch"] - m["no switch"] for n, m in summary.items()}}
+
+
+def runtime_load(path: Path, size: str, threads: int, reps: int, workdir: Path, rank: int = 8) -> dict:
+    """Seconds of POST /admin/adapters for a rank-`rank` adapter onto the loaded base: client wall time
+    and the load time the server reports; a DELETE after each add frees the file again."""
+    folder = workdir / "runtime-adapters"
+    folder.mkdir(parents=True, exist_ok=True)
+    adapter = folder / f"r{rank}.gguf"
+    shutil.copyfile(ensure_loras(size, count=1, rank=rank)["l1"], adapter)
+    wall, server = [], []
+    with servers.ServerSet() as group:
+        s = group.add(servers.llamaserve(path, workdir, threads=threads, name="llamaserve-runtime",
+                                         adapters_dir=str(folder)))
+        with httpx.Client(base_url=s.base_url, timeout=60) as http:
+            http.post("/v1/completions", json={"model": "base", "prompt": PROMPT, "max_tokens": 1}).raise_for_status()
+            for i in range(reps + 1):                                   # the first add is a warmup
+                t0 = time.perf_counter()
+                r = http.post("/admin/adapters", json={"path": adapter.name, "alias": f"r{rank}-{i}", "base": "base"})
+                elapsed = time.perf_counter() - t0
+                r.raise_for_status()
+                http.post("/v1/completions", json={"model": f"r{rank}-{i}", "prompt": PROMPT,
+                                                   "max_tokens": 1}).raise_for_status()
+                http.delete(f"/admin/adapters/r{rank}-{i}").raise_for_status()
+                if i:
+                    wall.append(elapsed)
+                    server.append(r.json()["load_seconds"])
+    return {"rank": rank, "adapter_bytes": adapter.stat().st_size, "samples_s": {"wall": wall, "server": server},
+            "median_s": {"POST /admin/adapters (wall)": statistics.median(wall),
+                         "adapter load (server)": statistics.median(server)}}
 
 
 def run(size: str = "small", threads: int | None = None, reps: int = 5, workdir: Path | None = None) -> dict:
@@ -104,15 +154,18 @@ def run(size: str = "small", threads: int | None = None, reps: int = 5, workdir:
     workdir = workdir or Path(tempfile.mkdtemp(prefix="bench_lora_switch."))
     return {"model": str(path), "threads": threads, "reps": reps,
             "in_process": in_process(path, loras, threads, reps),
-            "served": served(path, loras, threads, reps, workdir)}
+            "served": served(path, loras, threads, reps, workdir),
+            "runtime_load": runtime_load(path, size, threads, reps, workdir)}
 
 
 def _show(report: dict) -> None:
-    for where in ("in_process", "served"):
+    for where in ("in_process", "served", "runtime_load"):
         med = report[where]["median_s"]
-        rows = med.items() if where == "in_process" else ((f"{n} {k}", v) for n, d in med.items() for k, v in d.items())
+        rows = ((f"{n} {k}", v) for n, d in med.items() for k, v in d.items()) if where == "served" else med.items()
         for name, value in rows:
-            print(f"{where:<11} {name:<42} {value * 1000:8.1f} ms")
+            print(f"{where:<12} {name:<42} {value * 1000:8.2f} ms")
+    for name, cost in report["served"]["switch_cost_s"].items():
+        print(f"{'served':<12} {name + ' switch cost':<42} {cost * 1000:8.2f} ms")
 
 
 def main(argv: list[str] | None = None) -> dict:

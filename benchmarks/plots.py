@@ -66,16 +66,19 @@ def by_model(core: dict, roofline: dict, path: Path) -> Path:
 
 
 def lora_switch(sw: dict, path: Path) -> Path:
-    names, values = [], []
-    for server, med in sw["served"]["median_s"].items():
+    names, values, colors = [], [], []
+    served = sw["served"]["median_s"]
+    for i, (server, med) in enumerate(served.items()):
         for k in ("no switch", "switch"):
             names.append(f"{server}\n{k}")
             values.append(med[k] * 1000)
+            colors.append(f"C{i}")
     for k, v in sw["in_process"]["median_s"].items():
         names.append(k.replace(" reload", "\nreload").replace("llamacore ", "llamacore\n"))
         values.append(v * 1000)
+        colors.append(f"C{len(served)}")
     fig, ax = plt.subplots(figsize=(11, 4))
-    ax.bar(range(len(names)), values, color=["C0", "C0", "C1", "C1"] + ["C2"] * (len(names) - 4))
+    ax.bar(range(len(names)), values, color=colors)
     ax.set_xticks(range(len(names)), names, fontsize=8)
     ax.set_yscale("log")
     ax.set_ylabel("ms to first token (log)")

@@ -120,6 +120,13 @@ def lora_switch_rows(sw: dict) -> list[Row]:
     ours, peer = served["llamaserve-lora"], served["llama-server-lora"]
     rows = [(f"served, {k}: TTFT", ours[k], "llama-server (per-request lora)", peer[k], "ms")
             for k in ("no switch", "switch")]
+    if per_request := served.get("llamaserve-per-request"):
+        rows += [(f"served, per-request lora_adapters, {k}: TTFT", per_request[k], "llama-server (per-request lora)",
+                  peer[k], "ms") for k in ("no switch", "switch")]
+    if runtime := sw.get("runtime_load"):
+        rows.append((f"served, POST /admin/adapters (rank {runtime['rank']})",
+                     runtime["median_s"]["POST /admin/adapters (wall)"], "llama-server: adapters load at start only",
+                     None, "ms"))
     reload = inproc.get("llama-cpp-python reload with lora_path")
     rows.append(("in process, no switch: first token", inproc["llamacore no switch"], "-", None, "ms"))
     rows.append(("in process, switch: set scales + first token", inproc["llamacore switch"],
