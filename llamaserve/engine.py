@@ -34,6 +34,7 @@ from llamacore.logprobs import TokenLogprob
 from llamacore.prefix import AdapterKey
 from llamaserve.errors import EngineClosedError, QueueFullError
 from llamaserve.scheduler import Emitted, GenRequest, Sampled, Scheduler, StepPlan
+from llamaserve.speculative import PromptLookup
 
 log = logging.getLogger("llamaserve.engine")
 
@@ -45,6 +46,7 @@ class Engine:
 
     def __init__(self, model_path: str, adapter_paths: list[str], *, parallel: int = 4, max_queue: int = 64,
                  n_ctx: int = 2048, kv_unified: bool = True, share_prefixes: bool = True,
+                 speculative: PromptLookup | None = None,
                  seed: int | None = None, model_kwargs: dict[str, Any] | None = None,
                  context_kwargs: dict[str, Any] | None = None) -> None:
         self.model = Model(model_path, **(model_kwargs or {}))
@@ -57,7 +59,7 @@ class Engine:
         self.seed = seed                                     # sampling seed of requests that set none
         # sharing a prefix between sequences copies part of one: only a unified cache can
         self.scheduler = Scheduler(parallel, n_batch=self.ctx.n_batch, n_ctx_seq=self.n_ctx_seq,
-                                   share_prefixes=share_prefixes and self.ctx.kv_unified)
+                                   share_prefixes=share_prefixes and self.ctx.kv_unified, drafter=speculative)
         self._name = os.path.basename(model_path)
         self._samplers: dict[GenRequest, Sampler] = {}
         self._inbox: deque[GenRequest] = deque()
@@ -261,11 +263,17 @@ class Engine:
 
     def _step(self, plan: StepPlan, batch: Batch) -> None:
         batch.clear()
-        out_index = []
+        out_index = []                  # per sampled row: the batch index of its first sampled position
         for row in plan.rows:
-            batch.add_sequence(row.tokens, row.pos, row.slot.seq, logits_last=row.sample)
-            if row.sample:
-                out_index.append(batch.n_tokens - 1)
+            if row.n_draft:             # logits after the next token and after each draft token
+                first = len(row.tokens) - row.n_draft - 1
+                for k, token in enumerate(row.tokens):
+                    batch.add(token, row.pos + k, row.slot.seq, logits=k >= first)
+                out_index.append(batch.n_tokens - row.n_draft - 1)
+            else:
+                batch.add_sequence(row.tokens, row.pos, row.slot.seq, logits_last=row.sample)
+                if row.sample:
+                    out_index.append(batch.n_tokens - 1)
         try:
             self.ctx.decode(batch)
         except Exception as exc:        # a failed decode ends the requests in it, not the server
@@ -273,13 +281,29 @@ class Engine:
                 self.ctx.kv_remove(row.slot.seq, 0, -1)
             self._emit(self.scheduler.fail([r.slot for r in plan.rows], exc))
             return
-        sampled: list[Sampled | BaseException] = []
+        sampled: list[Sampled | list[Sampled] | BaseException] = []
         for row, index in zip(plan.sample, out_index):
+            req = row.slot.req
+            assert req is not None          # a planned row has a request
             try:
-                sampled.append(self._sample(row.slot.req, index))   # type: ignore[arg-type]  # a planned row has a request
+                sampled.append(self._verify(req, index, row.draft) if row.n_draft else self._sample(req, index))
             except Exception as exc:
                 sampled.append(exc)
         self._emit(self.scheduler.on_sampled(plan, sampled))
+        for row in plan.rows:
+            if row.n_draft:             # the KV of rejected drafts goes
+                self.ctx.kv_remove(row.slot.seq, len(row.slot.cached), -1)
+
+    def _verify(self, req: GenRequest, index: int, draft: list[int]) -> list[Sampled]:
+        """Sample after the next token and after each draft token in turn, up to the first token that
+        differs from the draft: what one-token steps would have sampled, in one decode."""
+        out = []
+        for k in range(len(draft) + 1):
+            s = self._sample(req, index + k)
+            out.append(s)
+            if k == len(draft) or s.token != draft[k] or s.eog:
+                break
+        return out
 
     def _sample(self, req: GenRequest, index: int) -> Sampled:
         token = self._samplers[req].sample(self.ctx, index)

@@ -24,6 +24,11 @@ prompt starts like what another sequence holds gets those KV cells shared into i
 still being computed by a sequence admitted earlier (requests that arrive together with one long
 system prompt), the request waits in the queue until that prefill has got past the prefix, as
 long as the shared part is at least `share_min` tokens.
+
+Speculative decoding (with a `drafter`): a generating sequence's row carries its next token and
+draft tokens after it (llamaserve.speculative), within what the budget leaves after the prompt
+chunks; the executor samples each position in order and stops at the first token that differs
+from the draft, so the accepted tokens are exactly what one-at-a-time decoding would sample.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from typing import TYPE_CHECKING
 
 from llamacore.events import EngineEvent, Failed, Finished, FinishReason, Token
 from llamacore.prefix import AdapterKey, common_prefix, reusable_prefix
+from llamaserve.speculative import DraftPacing, PromptLookup
 
 if TYPE_CHECKING:
     from llamacore.logprobs import TokenLogprob
@@ -74,6 +80,7 @@ class Slot:
     req: GenRequest | None = None
     pending: list[int] = field(default_factory=list)   # prompt left to decode, or the token to feed back
     generated: int = 0
+    pacing: DraftPacing = field(default_factory=DraftPacing)
 
 
 @dataclass(frozen=True)
@@ -90,12 +97,21 @@ class Admission:
 
 @dataclass(frozen=True)
 class Row:
-    """Tokens of one sequence in a batch; `sample` when the last one's logits are sampled."""
+    """Tokens of one sequence in a batch; `sample` when the last one's logits are sampled.
+
+    The last `n_draft` tokens are drafts: the logits after each of the last n_draft + 1 tokens
+    are sampled in order until one differs from the draft.
+    """
 
     slot: Slot
     tokens: list[int]
     pos: int
     sample: bool
+    n_draft: int = 0
+
+    @property
+    def draft(self) -> list[int]:
+        return self.tokens[len(self.tokens) - self.n_draft:] if self.n_draft else []
 
 
 @dataclass
@@ -123,13 +139,16 @@ class Scheduler:
     """Slots, waiting requests and the policy that packs them into decode steps."""
 
     def __init__(self, n_slots: int, *, n_batch: int, n_ctx_seq: int, share_prefixes: bool = False,
-                 share_min: int = 64) -> None:
+                 share_min: int = 64, drafter: PromptLookup | None = None) -> None:
         self.slots = [Slot(seq) for seq in range(n_slots)]
         self.waiting: deque[GenRequest] = deque()
         self.n_batch = n_batch
         self.n_ctx_seq = n_ctx_seq
         self.share_prefixes = share_prefixes
         self.share_min = share_min
+        self.drafter = drafter
+        self.drafted = 0                 # draft tokens decoded, and how many of them were accepted
+        self.accepted = 0
 
     @property
     def running(self) -> list[Slot]:
@@ -176,7 +195,7 @@ class Scheduler:
             del slot.cached[keep:]
             if source is not None:
                 slot.cached = list(req.tokens[:shared])
-            slot.adapters, slot.req, slot.generated = req.adapters, req, 0
+            slot.adapters, slot.req, slot.generated, slot.pacing = req.adapters, req, 0, DraftPacing()
             slot.pending = list(req.tokens[len(slot.cached):])
             slot.state = SlotState.PREFILLING
             admitted.append(Admission(slot, req, keep, source, shared))
@@ -224,37 +243,74 @@ class Scheduler:
             return None
         slots.sort(key=lambda s: s.state is SlotState.PREFILLING)     # generating first: one token each
         budget, rows = self.n_batch, []
+        prompts = sum(len(s.pending) for s in slots if s.state is SlotState.PREFILLING)
         for slot in slots:
             if budget == 0:
                 break
             take = slot.pending[:budget]
-            rows.append(Row(slot, take, len(slot.cached), sample=len(take) == len(slot.pending)))
-            slot.cached.extend(take)
+            draft = self._draft(slot, take, budget - len(take) - prompts)
+            rows.append(Row(slot, take + draft, len(slot.cached), sample=len(take) == len(slot.pending),
+                            n_draft=len(draft)))
+            slot.cached.extend(take + draft)
             del slot.pending[:len(take)]
-            budget -= len(take)
+            budget -= len(take) + len(draft)
         return StepPlan(rows)
 
-    def on_sampled(self, plan: StepPlan, sampled: list[Sampled | BaseException]) -> Emitted:
-        """Feed back one sampled token per row of `plan.sample` (or the error sampling raised)."""
+    def _draft(self, slot: Slot, take: list[int], room: int) -> list[int]:
+        """Draft tokens after a generating sequence's next token, in what the prompts leave of the budget."""
+        if self.drafter is None or slot.state is not SlotState.GENERATING or slot.req is None:
+            return []
+        room = min(room, self.n_ctx_seq - len(slot.cached) - 2, slot.req.max_tokens - slot.generated - 1)
+        if room <= 0 or not slot.pacing.may_draft():
+            return []
+        return self.drafter.propose(slot.cached + take, room)
+
+    def on_sampled(self, plan: StepPlan, sampled: list[Sampled | list[Sampled] | BaseException]) -> Emitted:
+        """Feed back what was sampled for each row of `plan.sample`: its token, or for a row with
+        drafts the tokens sampled in order up to the first that differs from the draft (or the
+        error sampling raised). Afterwards a slot's `cached` is what its KV must keep: the
+        executor removes the positions of rejected drafts."""
         events: Emitted = []
         for row, result in zip(plan.sample, sampled):
             slot, req = row.slot, row.slot.req
+            draft = row.draft
+            del slot.cached[len(slot.cached) - len(draft):]      # a draft's KV counts once it is accepted
             if req is None:
                 continue
             if isinstance(result, BaseException):
                 events.append(self._finish(slot, Failed(result)))
                 continue
-            if result.eog and not req.ignore_eos:        # the end-of-generation token is not output
-                events.append(self._finish(slot, Finished(FinishReason.STOP, slot.generated)))
-                continue
-            slot.generated += 1
-            events.append((req, Token(result.token, result.logprob)))
-            if slot.generated >= req.max_tokens or len(slot.cached) + 1 >= self.n_ctx_seq:
-                events.append(self._finish(slot, Finished(FinishReason.LENGTH, slot.generated)))
-            else:
-                slot.pending = [result.token]
-                slot.state = SlotState.GENERATING
+            accepted = 0
+            for k, s in enumerate(result if isinstance(result, list) else [result]):
+                if not self._feed(slot, req, s, events):
+                    break
+                if k < len(draft) and s.token == draft[k]:
+                    slot.cached.append(s.token)       # already decoded: its KV is valid
+                    slot.pending = []
+                    accepted += 1
+                    continue
+                break
+            if slot.req is req and not slot.pending:    # the last accepted draft was not followed up
+                slot.pending = [slot.cached.pop()]
+            if draft:
+                self.drafted += len(draft)
+                self.accepted += accepted
+                slot.pacing.verified(accepted)
         return events
+
+    def _feed(self, slot: Slot, req: GenRequest, s: Sampled, events: Emitted) -> bool:
+        """One sampled token for `slot`; False once its request has ended."""
+        if s.eog and not req.ignore_eos:        # the end-of-generation token is not output
+            events.append(self._finish(slot, Finished(FinishReason.STOP, slot.generated)))
+            return False
+        slot.generated += 1
+        events.append((req, Token(s.token, s.logprob)))
+        if slot.generated >= req.max_tokens or len(slot.cached) + 1 >= self.n_ctx_seq:
+            events.append(self._finish(slot, Finished(FinishReason.LENGTH, slot.generated)))
+            return False
+        slot.pending = [s.token]
+        slot.state = SlotState.GENERATING
+        return True
 
     def fail(self, slots: list[Slot], error: BaseException) -> Emitted:
         """End the requests of `slots` with `error`; their KV is gone (the executor cleared it)."""

@@ -305,3 +305,60 @@ def test_no_sharing_without_the_option():
         sched.add(log.request(f"q{i}", SYSTEM + [i], max_tokens=1))
     admitted, _ = sched.admit()
     assert len(admitted) == 3 and all(a.source is None for a in admitted)
+
+
+def test_drafts_ride_with_the_next_token_and_only_accepted_ones_stay():
+    from llamaserve.speculative import PromptLookup
+
+    sched, log = Scheduler(1, n_batch=64, n_ctx_seq=256, drafter=PromptLookup(n_draft=4, ngram=2)), Log()
+    # the prompt ends with "5 6", which occurred before followed by 7 8 9 10
+    sched.add(log.request("r", [1, 5, 6, 7, 8, 9, 10, 11, 5, 6], max_tokens=20))
+    step(sched, log, token=7)                       # prefill, samples 7; context ... 5 6 | 7
+    plan = sched.schedule()
+    (row,) = plan.rows
+    # next token 7 and the draft that followed "6 7" before: 8 9 10 11
+    assert row.tokens == [7, 8, 9, 10, 11] and row.n_draft == 4 and row.pos == 10
+    # the executor's sampler agrees with 8 and 9, then picks 3 instead of 10
+    events = sched.on_sampled(plan, [[Sampled(8, False), Sampled(9, False), Sampled(3, False)]])
+    log.record(events)
+    slot = sched.slots[0]
+    assert [e.id for _, e in events] == [8, 9, 3]
+    # KV keeps 7 8 9 (positions 10-12); 10 and 11 are removed by the executor; 3 is fed next
+    assert slot.cached == [1, 5, 6, 7, 8, 9, 10, 11, 5, 6, 7, 8, 9] and slot.pending == [3]
+    assert (sched.drafted, sched.accepted) == (4, 2)
+
+
+def test_drafts_never_pass_max_tokens_nor_take_budget_from_prompts():
+    from llamaserve.speculative import PromptLookup
+
+    sched, log = Scheduler(2, n_batch=8, n_ctx_seq=256, drafter=PromptLookup(n_draft=8, ngram=2)), Log()
+    sched.add(log.request("g", [1, 2, 3, 1, 2], max_tokens=3))
+    step(sched, log, token=3)                       # generated 1; 2 more allowed
+    sched.add(log.request("p", list(range(40, 46)), max_tokens=1))
+    sched.admit()
+    plan = sched.schedule()
+    g, p = plan.rows
+    assert g.n_draft <= 1                           # max_tokens 3: the next token plus one draft at most
+    assert len(p.tokens) == 6                       # the prompt chunk is not squeezed by drafts
+    assert sum(len(r.tokens) for r in plan.rows) <= 8
+
+
+def test_pacing_rests_after_rejected_drafts():
+    from llamaserve.speculative import DraftPacing
+
+    pacing = DraftPacing(patience=2, cooldown=3)
+    for accepted in (0, 0):
+        assert pacing.may_draft()
+        pacing.verified(accepted)
+    assert [pacing.may_draft() for _ in range(4)] == [False, False, False, True]
+    pacing.verified(1)
+    assert pacing.may_draft()
+
+
+def test_prompt_lookup_prefers_the_longest_latest_match():
+    from llamaserve.speculative import PromptLookup
+
+    look = PromptLookup(n_draft=3, ngram=3)
+    assert look.propose([1, 2, 3, 9, 9, 2, 3, 8, 1, 2, 3], 10) == [9, 9, 2]     # "1 2 3" beats "2 3"
+    assert look.propose([5, 6, 7, 8], 10) == []                                 # nothing repeats
+    assert look.propose([4, 5, 1, 4, 5], 1) == [1]                               # limited by room
