@@ -264,9 +264,9 @@ def _entry(label: str, raw: dict, base_dir: Path, problems: _Problems) -> tuple[
     arch = _model_architecture(model, f"{label}.model", problems)
     adapters = _adapters(raw.get("lora_adapters", {}), base_dir, f"{label}.lora_adapters", problems)
     declared = _adapter_list(raw.get("adapters", []), base_dir, f"{label}.adapters", problems)
-    for key, paths in ((f"{label}.lora_adapters", [p for p, _ in adapters]), (f"{label}.adapters", [p for p, _ in declared])):
-        for path in paths:
-            _check_adapter_file(path, arch, key, problems)
+    for key, listed in (("lora_adapters", adapters), ("adapters", declared)):
+        for path, _ in listed:
+            _check_adapter_file(path, arch, f"{label}.{key}", problems)
     alias = raw.get("alias") or raw.get("model_alias") or model.name.removesuffix(".gguf")
     aliases = tuple(dict.fromkeys(a for a in raw.get("aliases", ()) if a != alias))
     entry = ModelEntry(

@@ -38,8 +38,9 @@ class EngineClosedError(Exception):
 
 
 class UnknownModelError(LookupError):
-    def __init__(self, name: str, available: list[str]) -> None:
-        super().__init__(f"The model '{name}' does not exist. Available models: {', '.join(available) or 'none'}")
+    def __init__(self, name: str, available: list[str], what: tuple[str, str] = ("model", "models")) -> None:
+        super().__init__(f"The {what[0]} '{name}' does not exist. Available {what[1]}: "
+                         f"{', '.join(available) or 'none'}")
         self.name = name
 
 

@@ -239,7 +239,8 @@ class Registry:
         catalog, base = self.catalogs[key], self.base_alias(key)
         for path, seconds, error in outcomes:
             source = "config" if path in configured else "runtime"
-            for adapter in [a for a in (catalog.by_path(path), *catalog.draining) if a is not None and a.path == path]:
+            holders = [a for a in (catalog.by_path(path), *catalog.draining) if a is not None and a.path == path]
+            for adapter in holders:
                 adapter.load_seconds, adapter.error = seconds, error
                 adapter.loaded_at = time.time() if error is None else None
             if error is None:
@@ -251,8 +252,8 @@ class Registry:
             for path in set(loaded.engine.adapters) - self.needed(key):
                 self.release_file(key, path)
 
-    def _load_blocking(self, key: tuple, siblings: list[ModelEntry], plan: list[tuple[str, bool]],
-                       outcomes: list[tuple[str, float | None, str | None]]) -> Loaded:
+    def _load_blocking(self, key: tuple, siblings: list[ModelEntry], plan: list[tuple[str, bool]] | None = None,
+                       outcomes: list[tuple[str, float | None, str | None]] | None = None) -> Loaded:
         """Load the base and then each adapter of `plan` (path, configured), timing each into `outcomes`.
 
         A configured adapter that fails fails the load; a runtime one is noted and skipped (its
@@ -277,8 +278,9 @@ class Registry:
             model_kwargs={k: v for k, v in params.items() if k in MODEL_KEYS},
             context_kwargs={k: v for k, v in params.items() if k in CONTEXT_KEYS},
         )
+        outcomes = [] if outcomes is None else outcomes
         try:
-            for path, configured in plan:
+            for path, configured in plan or []:
                 started = time.perf_counter()
                 try:
                     if not configured and not still_inside(path, self.config.adapters_dirs):

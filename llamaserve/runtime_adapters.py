@@ -67,7 +67,8 @@ class RuntimeAdapters:
 
     # -- checks ------------------------------------------------------------------------------
 
-    def _check(self, alias: str, base: str, path: object, folders: tuple[Path, ...]) -> tuple[ModelEntry, FoundAdapter]:
+    def _check(self, alias: str, base: str, path: object,
+               folders: tuple[Path, ...]) -> tuple[ModelEntry, FoundAdapter]:
         """The base entry and the adapter file for a new alias, or the error that refuses it."""
         registry = self.registry
         base_entry = registry.config.find(base)
@@ -156,7 +157,7 @@ class RuntimeAdapters:
             if registry.config.find(alias) is not None:
                 raise FieldError("alias", f"'{alias}' is configured in the config file; only aliases added at "
                                           "runtime can be removed here")
-            raise UnknownModelError(alias, list(self.aliases))
+            raise UnknownModelError(alias, list(self.aliases), what=("runtime adapter alias", "runtime aliases"))
         self._persist([(r.found.folder, r.stored()) for r in self.aliases.values() if r is not rt])
         del self.aliases[alias]
         key = rt.entry.base_key()
@@ -186,7 +187,8 @@ class RuntimeAdapters:
         for folder in registry.config.adapters_dirs:
             for item in read_stored(folder):
                 try:
-                    base_entry, found = self._check(item.alias, item.base, item.path, (folder,))
+                    base_entry, found = self._check(item.alias, item.base, str(folder / item.path),
+                                                    registry.config.adapters_dirs)
                     if not -MAX_SCALE <= item.scale <= MAX_SCALE:
                         raise ValueError(f"scale {item.scale} is outside [-{MAX_SCALE:g}, {MAX_SCALE:g}]")
                 except (LookupError, ValueError, OSError, NameConflictError) as exc:

@@ -107,11 +107,13 @@ async def list_adapters(request: Request) -> Response:
 
 
 def _runtime_state(rt: RuntimeAlias) -> dict[str, Any]:
-    return {"alias": rt.entry.alias, "base": rt.base, "path": rt.found.relative, "adapters_dir": str(rt.found.folder),
-            "scale": rt.scale, "adapter_id": rt.adapter.id, "added_at": rt.added_at}
+    return {"alias": rt.entry.alias, "base": rt.base, "path": rt.found.relative,
+            "adapters_dir": str(rt.found.folder), "scale": rt.scale, "adapter_id": rt.adapter.id,
+            "added_at": rt.added_at}
 
 
-async def _add(registry: Registry, alias: str, base: str | None, path: str, scale: float) -> tuple[RuntimeAlias, float]:
+async def _add(registry: Registry, alias: str, base: str | None, path: str,
+               scale: float) -> tuple[RuntimeAlias, float]:
     if base is None:
         default = registry.config.default_entry()
         if default is None:

@@ -38,7 +38,8 @@ def select_adapters(catalog: BaseAdapters, entry: ModelEntry, body: AdapterField
         raise APIError(400, "give either lora_adapters ({name: scale}) or lora ([{id, scale}]), not both",
                        param="lora_adapters")
     if body.lora_adapters is not None:
-        chosen = [(_by_name(catalog, entry, name), scale, "lora_adapters") for name, scale in body.lora_adapters.items()]
+        chosen = [(_by_name(catalog, entry, name), scale, "lora_adapters")
+                  for name, scale in body.lora_adapters.items()]
     elif body.lora is not None:
         chosen = [(_by_id(catalog, entry, item.id), item.scale, "lora") for item in body.lora]
     else:
