@@ -68,11 +68,6 @@ class Engine:
         self._closed = False
         self._jobs: deque[tuple[Callable[[], Any], Future]] = deque()   # run on the worker between steps
         self._retired: set[str] = set()      # adapters to free once no request uses them
-        # Removed adapters stay allocated until the context goes: a context keeps state keyed by adapter
-        # address (reserved graph, cached graphs, mixed-adapter pool), so an adapter loaded later at a
-        # freed one's address would decode with freed tensors (a segfault once the adapter's buffer was
-        # unmapped). Until vendor/patches/0001 invalidates that state on free, nothing is freed early.
-        self._removed: list[LoraAdapter] = []
         self._seq_adapters: dict[int, AdapterKey] = {}   # the adapter set given to each sequence
         self._thread: threading.Thread | None = None
 
@@ -169,7 +164,6 @@ class Engine:
         self._emit([(req, Failed(error)) for req in inbox] + self.scheduler.close(error))
         self._samplers.clear()
         self.adapters = {}
-        self._removed.clear()
         self.ctx = None       # type: ignore[assignment]  # frees the context now; the engine is done
         self.model = None     # type: ignore[assignment]
 
@@ -233,7 +227,7 @@ class Engine:
                     self.ctx.set_sequence_adapters(seq, {})
                     self._seq_adapters[seq] = ()
             self.scheduler.forget_adapter(path)
-            self._removed.append(self.adapters.pop(path))     # unusable now; freed with the context
+            del self.adapters[path]           # the last reference: llama.cpp frees it now
 
     def _admit(self) -> None:
         admitted, events = self.scheduler.admit()
