@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from llamacore import tool_calls
 from llamacore.chat_format import render_chat, resolve_template
 from llamacore.events import TextEvent
-from llamacore.json_grammar import JSON_GRAMMAR, schema_to_grammar
+from llamacore.grammar_cache import GrammarCache, default_cache
 from llamacore.responses import (
     ChatStream,
     ChoiceOutput,
@@ -32,16 +32,24 @@ def resolve(model: Model, chat_format: str | None, chat_template: str | None) ->
     return resolve_template(chat_format, chat_template, model.chat_template())
 
 
-def grammar_for(response_format: dict[str, Any] | None) -> str | None:
-    """GBNF for an OpenAI `response_format` (json_object or json_schema), None for text."""
+def grammar_for(response_format: dict[str, Any] | None, *, whitespace: str = "compact",
+                cache: GrammarCache | None = None) -> str | None:
+    """GBNF for an OpenAI `response_format` (json_object or json_schema), None for text.
+
+    Schemas convert through `cache` (the process-wide one by default), so a repeated schema costs
+    a hash; `whitespace` is one of json_grammar.WHITESPACE.
+    """
     if not response_format:
         return None
+    if not isinstance(response_format, dict):
+        raise ValueError("response_format must be an object")
     kind = response_format.get("type", "text")
     if kind == "text":
         return None
+    compile_schema = (cache or default_cache()).grammar
     if kind == "json_object":
         schema = response_format.get("schema")          # llama-cpp-python's extension
-        return schema_to_grammar(schema) if schema else JSON_GRAMMAR
+        return compile_schema(schema if schema else {"type": "object"}, whitespace)
     if kind == "json_schema":
         spec = response_format.get("json_schema") or {}
         if not isinstance(spec, dict):
@@ -49,7 +57,7 @@ def grammar_for(response_format: dict[str, Any] | None) -> str | None:
         schema = spec.get("schema", spec if "type" in spec else None)
         if not isinstance(schema, dict):
             raise ValueError("response_format.json_schema.schema must be a JSON schema object")
-        return schema_to_grammar(schema)
+        return compile_schema(schema, whitespace)
     raise ValueError(f"unsupported response_format type {kind!r} (expected text, json_object or json_schema)")
 
 

@@ -1,10 +1,11 @@
 """JSON Schema -> GBNF (llama.cpp grammar syntax) for constrained JSON generation.
 
-The grammar only ever produces valid JSON, and whitespace between tokens is
-bounded (at most a newline plus 16 blanks) so a sampler cannot wander in
-whitespace forever. Supported keywords are listed in ``schema_to_grammar``;
-anything else raises ValueError naming the keyword, because silently ignoring
-a constraint would let the model produce output the caller's validator rejects.
+The grammar only ever produces JSON that validates against the schema. Whitespace between tokens
+is a per-call choice (``WHITESPACE``): none, at most one space (the default), or a newline plus
+bounded indentation; values never carry trailing whitespace. Every keyword that constrains values
+is either compiled or refused with ValueError naming it, because silently ignoring a constraint
+would let the model produce output the caller's validator rejects. Conversion is bounded by
+GrammarLimits (size, nesting, time) so a hostile schema is refused quickly.
 """
 
 from __future__ import annotations
@@ -14,212 +15,160 @@ import math
 import re
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import unquote
 
-from llamacore.gbnf import int_range as _int_range
-from llamacore.gbnf import quote as _quote
-from llamacore.gbnf import repeat as _repeat
+from llamacore.gbnf import int_range, literal_alternation, quote, repeat
+from llamacore.grammar_limits import Budget, GrammarLimitError, GrammarLimits
+from llamacore.json_formats import format_pattern
+from llamacore.json_merge import ANNOTATIONS, canonical, disjoint, expand, literals, resolve
+from llamacore.json_numbers import number_range
+from llamacore.json_objects import object_body
+from llamacore.json_regex import parse_anchored
+from llamacore.json_regex_gbnf import Emitter, fit_length, pattern_content
 
-__all__ = ["JSON_GRAMMAR", "schema_to_grammar"]
+__all__ = ["JSON_GRAMMAR", "WHITESPACE", "GrammarLimits", "schema_to_grammar"]
 
-# Shared rules, emitted only when referenced. ``ws`` is the bounded whitespace that
-# follows every token (at most a newline plus 16 blanks).
+# ws rule per whitespace mode (None: no whitespace at all between tokens).
+WHITESPACE: dict[str, str | None] = {"none": None, "compact": '| " "', "pretty": '| " " | "\\n" [ \\t]{0,20}'}
+
+# Shared rules, emitted only when referenced; "@" stands for the whitespace between tokens.
 _PRIMITIVES = {
     "value": "object | array | string | number | boolean | null",
-    "object": r'"{" ws (string ":" ws value ("," ws string ":" ws value)*)? "}" ws',
-    "array": r'"[" ws (value ("," ws value)*)? "]" ws',
-    "string": r'"\"" char* "\"" ws',
-    "char": r'[^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})',
-    "number": r'"-"? ("0" | [1-9] [0-9]{0,15}) ("." [0-9]{1,20})? ([eE] [-+]? [0-9]{1,3})? ws',
-    "integer": r'"-"? ("0" | [1-9] [0-9]{0,15}) ws',
-    "boolean": '("true" | "false") ws',
-    "null": '"null" ws',
-    "ws": r'| " " | "\n" [ \t]{0,16}',
+    "object": '"{" @ (string ":" @ value ("," @ string ":" @ value)* @)? "}"',
+    "array": '"[" @ (value ("," @ value)* @)? "]"',
+    "string": r'"\"" char* "\""',
+    "char": (r'[^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" ([0-9a-cA-Ce-fE-F] [0-9a-fA-F]{3} | '
+             r'[dD] [0-7] [0-9a-fA-F]{2}))'),
+    "number": r'"-"? ("0" | [1-9] [0-9]{0,15}) ("." [0-9]{1,16})? ([eE] [-+]? [0-9]{1,2})?',
+    "integer": r'"-"? ("0" | [1-9] [0-9]{0,15})',
+    "boolean": '"true" | "false"',
+    "null": '"null"',
+    "ws": "",
 }
-
-# Keywords that never constrain output and are skipped (``format`` is an annotation
-# by default in JSON Schema, so plain strings still validate).
-_ANNOTATIONS = frozenset({
-    "$schema", "$id", "$comment", "$defs", "definitions", "title", "description", "default", "examples",
-    "deprecated", "readOnly", "writeOnly", "format", "contentEncoding", "contentMediaType",
-})
 _INT_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 _SUPPORTED = frozenset({
     "type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "properties", "required",
-    "additionalProperties", "items", "prefixItems", "minItems", "maxItems", "minLength", "maxLength",
-    *_INT_BOUNDS,
+    "additionalProperties", "propertyNames", "minProperties", "maxProperties", "dependentRequired",
+    "dependencies", "items", "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems",
+    "minLength", "maxLength", "pattern", "format", *_INT_BOUNDS,
 })
 _TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")
 # Type assumed when 'type' is absent but a type-specific keyword is present (else: any value).
 _IMPLIED_TYPE = {
-    **dict.fromkeys(("properties", "required", "additionalProperties"), "object"),
-    **dict.fromkeys(("items", "prefixItems", "minItems", "maxItems"), "array"),
-    **dict.fromkeys(("minLength", "maxLength"), "string"),
-    **dict.fromkeys(_INT_BOUNDS, "integer"),
+    **dict.fromkeys(("properties", "required", "additionalProperties", "propertyNames", "minProperties",
+                     "maxProperties", "dependentRequired", "dependencies"), "object"),
+    **dict.fromkeys(("items", "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems"), "array"),
+    **dict.fromkeys(("minLength", "maxLength", "pattern", "format"), "string"),
+    **dict.fromkeys(_INT_BOUNDS, "number"),
 }
 _NAME = re.compile(r"[a-zA-Z0-9-]+")
 _TERMINALS = re.compile(r'"(?:[^"\\]|\\.)*"|\[(?:[^\]\\]|\\.)*\]')
+MAX_UNIQUE_VALUES = 8   # uniqueItems is compiled over item sets of at most this many values
 
 
-def _key(name: str) -> str:
-    """Sequence for an object key and its colon."""
-    return f'{_quote(json.dumps(name, ensure_ascii=False))} ws ":" ws'
-
-
-def _literal(value: Any, path: str) -> str:
-    """Sequence matching the JSON ``value`` with optional whitespace between its tokens (ending in ``ws``)."""
-    if isinstance(value, list):
-        items = ' "," ws '.join(_literal(v, path) for v in value)
-        return f'"[" ws {items} "]" ws' if items else '"[" ws "]" ws'
-    if isinstance(value, dict):
-        if not all(isinstance(k, str) for k in value):
-            raise ValueError(f"{path}: enum/const object keys must be strings")
-        members = ' "," ws '.join(f"{_key(k)} {_literal(v, path)}" for k, v in value.items())
-        return f'"{{" ws {members} "}}" ws' if members else '"{" ws "}" ws'
-    try:
-        return f"{_quote(json.dumps(value, ensure_ascii=False, allow_nan=False))} ws"
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{path}: enum/const value {value!r} is not JSON-serializable: {exc}") from None
-
-
-
-class _Converter:
+class Converter:
     """Walks one schema document, emitting a rule per object/array/alternation and per $ref target."""
 
-    def __init__(self, document: Mapping[str, Any]) -> None:
+    def __init__(self, document: Any, whitespace: str, limits: GrammarLimits) -> None:
+        if whitespace not in WHITESPACE:
+            raise ValueError(f"unknown whitespace mode {whitespace!r} (expected one of {', '.join(WHITESPACE)})")
         self.document = document
+        self.ws_rule = WHITESPACE[whitespace]
+        self.w = " ws" if self.ws_rule else ""
+        self.budget = Budget(limits)
         self.rules: dict[str, str] = {"root": ""}
         self.by_body: dict[str, str] = {}
         self.refs: dict[str, str] = {"#": "root"}
 
-    # --- rule bookkeeping ---
-    def fresh(self, hint: str) -> str:
-        base = re.sub(r"[^a-zA-Z0-9]+", "-", hint).strip("-") or "r"
+    # --- rule bookkeeping (gbnf.Rules) ---
+    def reserve(self, hint: str) -> str:
+        base = re.sub(r"[^a-zA-Z0-9]+", "-", hint).strip("-")[:60].strip("-") or "r"
         name, n = base, 0
         while name in self.rules or name in _PRIMITIVES:
             n += 1
             name = f"{base}-{n}"
+        self.rules[name] = ""
         return name
 
-    def rule(self, hint: str, body: str) -> str:
+    def define(self, name: str, body: str) -> None:
+        self.budget.spend(body)
+        self.rules[name] = body
+
+    def named(self, hint: str, body: str) -> str:
         """Name for ``body``, reusing an identical rule so repeated sub-schemas stay compact."""
         if _NAME.fullmatch(body):
             return body
         if body not in self.by_body:
-            name = self.fresh(hint)
-            self.rules[name] = body
+            name = self.reserve(hint)
+            self.define(name, body)
             self.by_body[body] = name
         return self.by_body[body]
 
-    def visit(self, schema: Any, hint: str, path: str) -> str:
-        """Rule name matching ``schema`` (with trailing whitespace)."""
-        return self.rule(hint, self.body(schema, hint, path))
+    def check(self) -> None:
+        self.budget.check()
 
-    # --- $ref / allOf ---
-    def resolve(self, ref: str, path: str) -> Any:
-        if not isinstance(ref, str) or not ref.startswith("#"):
-            raise ValueError(f"{path}: only local '$ref' values ('#/...') are supported, got {ref!r}")
-        node: Any = self.document
-        for part in filter(None, unquote(ref[1:]).split("/")):
-            key = part.replace("~1", "/").replace("~0", "~")
-            try:
-                node = node[int(key)] if isinstance(node, list) else node[key]
-            except (KeyError, IndexError, ValueError, TypeError):
-                raise ValueError(f"{path}: '$ref' {ref!r} does not resolve") from None
-        return node
+    def key(self, name: str) -> str:
+        return quote(json.dumps(name, ensure_ascii=False))
 
-    def expand(self, schema: Any, path: str, seen: frozenset[str] = frozenset()) -> dict:
-        """``schema`` with its $ref and allOf inlined into one dict (for merging)."""
-        if schema is True:
-            return {}
-        if not isinstance(schema, Mapping):
-            raise ValueError(f"{path}: expected a schema object, got {schema!r}")
-        if "$ref" not in schema and "allOf" not in schema:
-            return dict(schema)
-        parts = []
-        if "$ref" in schema:
-            ref = schema["$ref"]
-            if ref in seen:
-                raise ValueError(f"{path}: circular '$ref' {ref!r} inside 'allOf'")
-            parts.append(self.expand(self.resolve(ref, path), ref, seen | {ref}))
-        all_of = schema.get("allOf", [])
-        if "allOf" in schema and (not isinstance(all_of, list) or not all_of):
-            raise ValueError(f"{path}: 'allOf' must be a non-empty list")
-        parts += [self.expand(sub, f"{path}/allOf/{i}", seen) for i, sub in enumerate(all_of)]
-        parts.append({k: v for k, v in schema.items() if k not in ("$ref", "allOf")})
-        merged: dict[str, Any] = {}
-        for part in parts:
-            for key, value in part.items():
-                if key in _ANNOTATIONS:
-                    continue
-                if key == "properties":
-                    props = merged.setdefault("properties", {})
-                    for name, sub in value.items():
-                        props[name] = {"allOf": [props[name], sub]} if props.get(name, sub) != sub else sub
-                elif key == "required":
-                    merged["required"] = list(dict.fromkeys([*merged.get("required", []), *value]))
-                elif key in merged and merged[key] != value:
-                    raise ValueError(f"{path}: 'allOf' parts have conflicting {key!r} values")
-                else:
-                    merged[key] = value
-        return merged
+    def visit(self, schema: Any, hint: str, path: str, depth: int = 0) -> str:
+        """Rule name matching ``schema``."""
+        return self.named(hint, self.body(schema, hint, path, depth))
 
     # --- schema bodies ---
-    def body(self, schema: Any, hint: str, path: str) -> str:
+    def body(self, schema: Any, hint: str, path: str, depth: int = 0) -> str:
         """GBNF expression (possibly an alternation) matching ``schema``."""
+        self.budget.depth(depth, path)
         if schema is True or schema == {}:
             return "value"
         if schema is False:
             raise ValueError(f"{path}: schema 'false' matches nothing")
         if not isinstance(schema, Mapping):
             raise ValueError(f"{path}: expected a schema object, got {schema!r}")
-        unknown = sorted(set(schema) - _SUPPORTED - _ANNOTATIONS)
+        unknown = sorted(set(schema) - _SUPPORTED - ANNOTATIONS)
         if unknown:
             raise ValueError(f"{path}: unsupported JSON Schema keyword(s): {', '.join(map(repr, unknown))}")
-        constraints = {k: v for k, v in schema.items() if k not in _ANNOTATIONS}
+        constraints = {k: v for k, v in schema.items() if k not in ANNOTATIONS}
+        if not constraints:
+            return "value"
         if "allOf" in constraints or ("$ref" in constraints and len(constraints) > 1):
-            return self.body(self.expand(constraints, path), hint, path)
+            return self.body(expand(self.document, constraints, path), hint, path, depth + 1)
         if "$ref" in constraints:
-            return self.ref(constraints["$ref"], path)
+            return self.ref(constraints["$ref"], path, depth)
         if "anyOf" in constraints or "oneOf" in constraints:
-            return self.alternatives(constraints, hint, path)
-        if "const" in constraints:
-            return _literal(constraints["const"], path)
-        if "enum" in constraints:
-            values = constraints["enum"]
-            if not isinstance(values, list) or not values:
-                raise ValueError(f"{path}: 'enum' must be a non-empty list")
-            return " | ".join(dict.fromkeys(_literal(v, path) for v in values))
+            return self.alternatives(constraints, hint, path, depth)
+        if "const" in constraints or "enum" in constraints:
+            return self.enum(constraints, hint, path)
         implied = (t for k, t in _IMPLIED_TYPE.items() if k in constraints)
         kind = constraints.get("type", next(implied, None))
         if isinstance(kind, list):
             if not kind:
                 raise ValueError(f"{path}: 'type' list is empty")
-            return " | ".join(self.visit({**constraints, "type": t}, f"{hint}-{t}", path) for t in kind)
+            return " | ".join(dict.fromkeys(self.visit({**constraints, "type": t}, f"{hint}-{t}", path, depth + 1)
+                                            for t in kind))
         if kind is None:
             return "value"
         if kind not in _TYPES:
             raise ValueError(f"{path}: unknown type {kind!r}")
-        if kind != "integer":
-            bad = [k for k in _INT_BOUNDS if k in constraints]
-            if bad:
-                raise ValueError(f"{path}: keyword {bad[0]!r} is only supported with type 'integer'")
-        if kind in ("object", "array"):
-            return getattr(self, kind)(constraints, hint, path)
-        if kind in ("string", "integer"):
-            return getattr(self, kind)(constraints, path)
+        if kind == "object":
+            return object_body(self, constraints, hint, path, depth)
+        if kind == "array":
+            return self.array(constraints, hint, path, depth)
+        if kind == "string":
+            return self.string(constraints, hint, path)
+        if kind == "number":
+            return number_range(constraints, path) or "number"
+        if kind == "integer":
+            return self.integer(constraints, path)
         return kind
 
-    def ref(self, ref: str, path: str) -> str:
+    def ref(self, ref: str, path: str, depth: int) -> str:
         if ref not in self.refs:
-            target = self.resolve(ref, path)
-            name = self.fresh(ref.rsplit("/", 1)[-1])
-            self.refs[ref] = name
-            self.rules[name] = ""  # reserve the name so recursive references resolve to it
-            self.rules[name] = self.body(target, name, ref)
+            target = resolve(self.document, ref, path)
+            name = self.reserve(str(ref).rsplit("/", 1)[-1])
+            self.refs[ref] = name            # set first so recursive references resolve to it
+            self.define(name, self.body(target, name, str(ref), depth + 1))
         return self.refs[ref]
 
-    def alternatives(self, schema: Mapping[str, Any], hint: str, path: str) -> str:
+    def alternatives(self, schema: Mapping[str, Any], hint: str, path: str, depth: int) -> str:
         if "anyOf" in schema and "oneOf" in schema:
             raise ValueError(f"{path}: 'anyOf' and 'oneOf' together are not supported")
         key = "anyOf" if "anyOf" in schema else "oneOf"
@@ -227,96 +176,59 @@ class _Converter:
         if not isinstance(branches, list) or not branches:
             raise ValueError(f"{path}: {key!r} must be a non-empty list")
         siblings = {k: v for k, v in schema.items() if k != key}
-        alts = []
-        for i, branch in enumerate(branches):
-            if siblings:  # keywords next to anyOf apply to every branch
-                branch = {**siblings, **({} if branch is True else branch)}
-            alts.append(self.visit(branch, f"{hint}-{i}", f"{path}/{key}/{i}"))
+        if siblings:   # keywords next to anyOf apply to every branch
+            branches = [siblings if b is True else {"allOf": [siblings, b]} for b in branches]
+        if key == "oneOf":
+            for i, a in enumerate(branches):
+                for j in range(i):
+                    if not disjoint(self.document, a, branches[j], path):
+                        raise ValueError(f"{path}: 'oneOf' branches {j} and {i} may both match a value, and a "
+                                         "grammar cannot exclude that; use 'anyOf', or tell the branches "
+                                         "apart by type or by a required property with distinct 'const' values")
+        alts = [self.visit(b, f"{hint}-{i}", f"{path}/{key}/{i}", depth + 1) for i, b in enumerate(branches)]
         return " | ".join(dict.fromkeys(alts))
 
-    def object(self, schema: Mapping[str, Any], hint: str, path: str) -> str:
-        props = dict(schema.get("properties", {}))
-        required = schema.get("required", [])
-        if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
-            raise ValueError(f"{path}: 'required' must be a list of strings")
-        for name in required:
-            props.setdefault(name, {})
-        # Extra keys are allowed only for a bare object (or when asked): a declared
-        # shape is usually meant to be exact, as in OpenAI strict structured outputs.
-        additional = schema.get("additionalProperties", "properties" not in schema)
-        if not props and additional in (True, {}):
-            return "object"
-        prefix = "" if hint == "root" else f"{hint}-"
-        members = []  # (kv rule, required)
-        for name, sub in props.items():
-            value = self.visit(sub, f"{prefix}{name}", f"{path}/properties/{name}")
-            kv = self.rule(f"{prefix}{name}-kv", f"{_key(name)} {value}")
-            members.append((kv, name in required))
-        extra = None
-        if additional is not False:
-            value = self.visit(additional, f"{prefix}additional", f"{path}/additionalProperties")
-            extra = self.rule(f"{prefix}additional-kv", f'string ":" ws {value}')
+    def enum(self, schema: Mapping[str, Any], hint: str, path: str) -> str:
+        others = sorted(set(schema) - {"const", "enum", "type"})
+        if others:
+            raise ValueError(f"{path}: 'enum'/'const' together with {', '.join(map(repr, others))} is not supported")
+        if "enum" in schema and (not isinstance(schema["enum"], list) or not schema["enum"]):
+            raise ValueError(f"{path}: 'enum' must be a non-empty list")
+        values = [schema["const"]] if "const" in schema else list(schema["enum"])
+        if "type" in schema:
+            values = [v for v in values if _is_type(v, _type_set(schema["type"]))]
+            if not values:
+                raise ValueError(f"{path}: no 'enum'/'const' value has the schema's type")
+        try:
+            texts = [canonical(v) for v in values]
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{path}: enum/const value is not JSON-serializable: {exc}") from None
+        return literal_alternation(texts, self, f"{hint}-enum")
 
-        def after(start: int) -> str:
-            parts = [f'"," ws {kv}' if req else f'("," ws {kv})?' for kv, req in members[start:]]
-            if extra:
-                parts.append(f'("," ws {extra})*')
-            return " ".join(parts)
-
-        # A member opens the object when every earlier member is optional and absent.
-        alts, nullable = [], True
-        for i, (kv, req) in enumerate(members):
-            alts.append(f"{kv} {after(i + 1)}".strip())
-            if req:
-                nullable = False
-                break
-        if nullable and extra:
-            alts.append(f"{extra} {after(len(members))}")
-        if not alts:
-            return '"{" ws "}" ws'
-        if len(alts) == 1 and not nullable:
-            inner = alts[0]
-        else:
-            inner = "(" + " | ".join(alts) + ")" + ("?" if nullable else "")
-        return f'"{{" ws {inner} "}}" ws'
-
-    def array(self, schema: Mapping[str, Any], hint: str, path: str) -> str:
-        lo, hi = self.bounds(schema, "minItems", "maxItems", path)
-        items = schema.get("items", {})
-        tuple_items = schema.get("prefixItems", items if isinstance(items, list) else None)
-        if tuple_items is not None:
-            if "prefixItems" in schema and items not in ({}, False):
-                raise ValueError(f"{path}: 'items' next to 'prefixItems' must be false (fixed-length tuples)")
-            if lo > len(tuple_items) or (hi is not None and hi < len(tuple_items)):
-                raise ValueError(f"{path}: minItems/maxItems contradict the tuple length {len(tuple_items)}")
-            atoms = [
-                self.visit(s, f"{hint}-{i}", f"{path}/prefixItems/{i}") for i, s in enumerate(tuple_items)
-            ]
-            inner = ' "," ws '.join(atoms)
-        elif items is False or hi == 0:
-            if lo > 0:
-                raise ValueError(f"{path}: 'minItems' contradicts an array that must be empty")
-            inner = ""
-        else:
-            item = self.visit(items, f"{hint}-item", f"{path}/items")
-            rest = _repeat(f'"," ws {item}', max(lo - 1, 0), None if hi is None else hi - 1)
-            inner = f"{item} {rest}".strip()
-            if lo == 0:
-                inner = f"({inner})?"
-        return f'"[" ws {inner} "]" ws' if inner else '"[" ws "]" ws'
-
-    def string(self, schema: Mapping[str, Any], path: str) -> str:
+    def string(self, schema: Mapping[str, Any], hint: str, path: str) -> str:
         lo, hi = self.bounds(schema, "minLength", "maxLength", path)
-        if lo == 0 and hi is None:
+        if "pattern" in schema and "format" in schema:
+            raise ValueError(f"{path}: 'pattern' together with 'format' is not supported")
+        if "pattern" in schema:
+            if not isinstance(schema["pattern"], str):
+                raise ValueError(f"{path}: 'pattern' must be a string")
+            content = pattern_content(schema["pattern"], self, f"{hint}-pattern", "char", lo, hi)
+        elif "format" in schema:
+            name = schema["format"]
+            node = fit_length(parse_anchored(format_pattern(name, path)), lo, hi, f"format {name!r}")
+            content = Emitter(self, f"{hint}-{name}").emit(node)
+        elif (lo, hi) == (0, None):
             return "string"
-        chars = _repeat("char", lo, hi)
-        return f'"\\"" {chars} "\\"" ws' if chars else '"\\"\\"" ws'
+        else:
+            content = repeat("char", lo, hi, self)
+        return f'"\\"" {content} "\\""' if content else '"\\"\\""'
 
     def integer(self, schema: Mapping[str, Any], path: str) -> str:
         for key in _INT_BOUNDS:
             value = schema.get(key)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-                raise ValueError(f"{path}: {key!r} must be a number (draft-4 boolean form is not supported)")
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not math.isfinite(value)):
+                raise ValueError(f"{path}: {key!r} must be a finite number (draft-4 boolean form is not supported)")
         # Tightest integer bounds implied by the inclusive and exclusive limits.
         lows = [math.ceil(schema["minimum"])] if "minimum" in schema else []
         lows += [math.floor(schema["exclusiveMinimum"]) + 1] if "exclusiveMinimum" in schema else []
@@ -327,7 +239,87 @@ class _Converter:
             return "integer"
         if lo is not None and hi is not None and lo > hi:
             raise ValueError(f"{path}: integer bounds leave no valid value")
-        return f"{_int_range(lo, hi)} ws"
+        return int_range(lo, hi)
+
+    def array(self, schema: Mapping[str, Any], hint: str, path: str, depth: int) -> str:
+        lo, hi = self.bounds(schema, "minItems", "maxItems", path)
+        items = schema.get("items", {})
+        prefix = schema.get("prefixItems")
+        if isinstance(prefix, Mapping) and "items" not in schema:
+            items, prefix = prefix, None      # llama.cpp reads a lone prefixItems schema as items
+        elif isinstance(prefix, Mapping):
+            prefix = None
+        if prefix is None and isinstance(items, list):        # draft-7 tuple form
+            prefix, items = items, schema.get("additionalItems", False)
+        elif prefix is not None and "items" not in schema:
+            items = False                     # a tuple is exact unless items says what may follow
+        if prefix is not None and not isinstance(prefix, list):
+            raise ValueError(f"{path}: 'prefixItems' must be a list of schemas")
+        if schema.get("uniqueItems", False) not in (True, False):
+            raise ValueError(f"{path}: 'uniqueItems' must be true or false")
+        if schema.get("uniqueItems") and (hi is None or hi > 1):
+            if prefix:
+                raise ValueError(f"{path}: 'uniqueItems' with 'prefixItems' is not supported")
+            return self.unique_array(items, lo, hi, hint, path, depth)
+        w = self.w
+        atoms = [self.visit(s, f"{hint}-{i}", f"{path}/prefixItems/{i}", depth + 1)
+                 for i, s in enumerate((prefix or [])[:hi])]
+        rest_lo, rest_hi = max(lo - len(atoms), 0), None if hi is None else hi - len(atoms)
+        if items is False or rest_hi == 0:
+            if rest_lo:
+                raise ValueError(f"{path}: 'minItems' asks for more items than the array may hold")
+            rest = ""
+        else:
+            item = self.visit(items, f"{hint}-item", f"{path}/items", depth + 1)
+            sep = self.named(f"{hint}-sep", f'","{w} {item}')
+            if atoms:
+                rest = repeat(sep, rest_lo, rest_hi, self)
+            else:
+                more = repeat(sep, max(rest_lo - 1, 0), None if rest_hi is None else rest_hi - 1, self)
+                if not rest_lo:
+                    return f'"["{w} ({" ".join(x for x in (item, more, w.strip()) if x)})? "]"'
+                rest = f"{item} {more}".strip()
+        inner = f' ","{w} '.join(atoms) + (" " + rest if rest else "")
+        inner = inner.strip()
+        return f'"["{w} {inner}{w} "]"' if inner else f'"["{w} "]"'
+
+    def unique_array(self, items: Any, lo: int, hi: int | None, hint: str, path: str, depth: int) -> str:
+        """Arrays without repeated items over a small finite set of values: one rule per used subset."""
+        values = self.finite_values(items, path)
+        if values is None or len(values) > MAX_UNIQUE_VALUES:
+            raise ValueError(f"{path}: 'uniqueItems' is supported only for items with at most "
+                             f"{MAX_UNIQUE_VALUES} possible values (enum, const, boolean, null)")
+        hi = len(values) if hi is None else min(hi, len(values))
+        if lo > hi:
+            raise ValueError(f"{path}: 'minItems' asks for more distinct items than there are values")
+        w, memo = self.w, {}
+
+        def after(used: int, count: int) -> str:
+            if used not in memo:
+                alts = [w.strip()] if count >= lo else []
+                alts += [f'","{w} {quote(v)} {after(used | 1 << k, count + 1)}'.strip()
+                         for k, v in enumerate(values) if not used & 1 << k and count < hi]
+                memo[used] = self.named(f"{hint}-unique", " | ".join(a or '""' for a in alts))
+            return memo[used]
+
+        first = " | ".join(f"{quote(v)} {after(1 << k, 1)}" for k, v in enumerate(values))
+        return f'"["{w} ({first}){"?" if lo == 0 else ""} "]"'
+
+    def finite_values(self, schema: Any, path: str) -> list[str] | None:
+        """Canonical texts of every value ``schema`` allows, if it allows only finitely many."""
+        schema = expand(self.document, schema, path) if isinstance(schema, Mapping) else schema
+        if not isinstance(schema, Mapping):
+            return None
+        found = literals(schema)
+        if found is not None:
+            if "type" in schema:
+                found = {v for v in found if _is_type(json.loads(v), _type_set(schema["type"]))}
+            return sorted(found)
+        table = {"boolean": ["true", "false"], "null": ["null"]}
+        kinds = sorted(_type_set(schema.get("type")))
+        if set(schema) <= {"type"} and kinds and all(k in table for k in kinds):
+            return [v for k in kinds for v in table[k]]
+        return None
 
     @staticmethod
     def bounds(schema: Mapping[str, Any], lo_key: str, hi_key: str, path: str) -> tuple[int, int | None]:
@@ -340,39 +332,50 @@ class _Converter:
         return lo, hi
 
     def grammar(self) -> str:
-        self.rules["root"] = self.body(self.document, "root", "#")
-        lines = [f"{name} ::= {body}" for name, body in self.rules.items()]
-        used: set[str] = set()
-        todo = list(self.rules.values())
-        while todo:  # shared rules reachable from the schema's rules
-            for name in set(_NAME.findall(_TERMINALS.sub(" ", todo.pop()))) & _PRIMITIVES.keys() - used:
-                used.add(name)
-                todo.append(_PRIMITIVES[name])
-        lines += [f"{name} ::= {body}" for name, body in _PRIMITIVES.items() if name in used]
-        return "\n".join(lines) + "\n"
+        self.define("root", self.body(self.document, "root", "#"))
+        primitives = {name: body.replace(" @", self.w) for name, body in _PRIMITIVES.items()}
+        primitives["ws"] = self.ws_rule or ""
+        defined = {**self.rules, **{k: v for k, v in primitives.items() if k not in self.rules}}
+        used, todo = {"root"}, ["root"]
+        while todo:   # rules reachable from root, in definition order
+            for name in set(_NAME.findall(_TERMINALS.sub(" ", defined[todo.pop()]))) - used:
+                if name in defined:
+                    used.add(name)
+                    todo.append(name)
+        for name in used & primitives.keys() - self.rules.keys():
+            self.budget.spend(primitives[name])
+        return "".join(f"{name} ::= {body}\n" for name, body in defined.items() if name in used)
 
 
-def schema_to_grammar(schema: Mapping[str, Any]) -> str:
+def _type_set(kind: Any) -> set[str]:
+    return set(kind) if isinstance(kind, list) else {kind} if isinstance(kind, str) else set()
+
+
+def _is_type(value: Any, kinds: set[str]) -> bool:
+    if isinstance(value, bool):
+        return "boolean" in kinds
+    if isinstance(value, int) or isinstance(value, float) and value.is_integer():
+        return bool(kinds & {"integer", "number"})
+    table = {float: "number", str: "string", list: "array", dict: "object", type(None): "null"}
+    return table.get(type(value)) in kinds
+
+
+def schema_to_grammar(schema: Any, *, whitespace: str = "compact", limits: GrammarLimits | None = None) -> str:
     """Convert a JSON Schema to a GBNF grammar whose ``root`` rule matches conforming JSON.
 
-    Supported: type (including lists), enum, const, anyOf/oneOf (oneOf's exclusivity
-    is not enforced), allOf (merged; conflicting keywords raise), local $ref
-    (``#/$defs/...``, ``#/definitions/...``, any ``#/`` pointer, recursion allowed),
-    object properties/required/additionalProperties, array items/prefixItems/minItems/
-    maxItems, string minLength/maxLength, integer minimum/maximum/exclusive bounds,
-    and {} / true for any JSON value.
-
-    Objects keep properties in declared order; optional ones may be omitted. When
-    ``properties`` is given, additionalProperties defaults to false (unlike JSON
-    Schema) so the model sticks to the declared shape; a bare ``{"type": "object"}``
-    accepts any object. Annotations (title, description, default, format, ...) are
-    ignored; any other keyword raises ValueError naming it, and so does a keyword whose
-    value has the wrong type (``"properties": 5``) or a schema nested too deeply to walk.
+    Supported (the README's table has the details): type (and lists of types), enum, const, anyOf,
+    oneOf (when its branches are provably exclusive), allOf (merged), local $ref (recursion
+    allowed), properties/required/additionalProperties/propertyNames/minProperties/maxProperties/
+    dependentRequired, items/prefixItems/additionalItems/minItems/maxItems/uniqueItems (small finite
+    item sets), minLength/maxLength/pattern/format, and minimum/maximum/exclusive bounds on
+    integers and numbers. Objects keep properties in declared order; when ``properties`` is given,
+    additionalProperties defaults to false. Annotations are ignored; anything else raises
+    ValueError naming it (GrammarLimitError, a ValueError, when a limit is exceeded).
     """
     try:
-        return _Converter(schema).grammar()
+        return Converter(schema, whitespace, limits or GrammarLimits()).grammar()
     except RecursionError:
-        raise ValueError("JSON schema is nested too deeply") from None
+        raise GrammarLimitError("JSON schema is nested too deeply") from None
     except (TypeError, AttributeError, KeyError, IndexError) as exc:   # a keyword with a value of the wrong type
         raise ValueError(f"malformed JSON schema ({type(exc).__name__}: {exc})") from None
 

@@ -1,6 +1,7 @@
 """Structural tests for llamacore.json_grammar: output is well-formed GBNF; unsupported schemas fail loudly.
 
-Sampling under these grammars (and validating with jsonschema) needs llama.cpp and lives elsewhere.
+What the grammars accept is checked by llama.cpp itself in test_json_regex.py and
+test_structured_output.py.
 """
 
 import json
@@ -8,7 +9,8 @@ import re
 
 import pytest
 
-from llamacore.json_grammar import JSON_GRAMMAR, schema_to_grammar
+from llamacore.grammar_limits import GrammarLimitError, GrammarLimits
+from llamacore.json_grammar import JSON_GRAMMAR, WHITESPACE, schema_to_grammar
 
 _TOKEN = re.compile(
     r"""\s*(?:
@@ -86,13 +88,18 @@ SCHEMAS = {
     "any": {},
     "string": {"type": "string"},
     "bounded_string": {"type": "string", "minLength": 2, "maxLength": 5},
+    "long_string": {"type": "string", "maxLength": 5000},
     "number": {"type": "number"},
+    "bounded_number": {"type": "number", "minimum": -2.5, "exclusiveMaximum": 1e3},
     "integer_range": {"type": "integer", "minimum": -40, "exclusiveMaximum": 1000},
     "boolean": {"type": "boolean"},
     "null": {"type": "null"},
     "nullable": {"type": ["string", "null"]},
     "enum_mixed": {"enum": ["a", 1, None, True, [1, "x"], {"k": "v"}]},
     "const": {"const": "fixed"},
+    "pattern": {"type": "string", "pattern": "^[A-Z]{2}-\\d{3,}(?:x|y)?$"},
+    "formats": {"type": "array", "prefixItems": [{"type": "string", "format": f} for f in (
+        "date", "time", "date-time", "duration", "uuid", "email", "hostname", "ipv4", "ipv6", "uri")]},
     "person": {
         "type": "object",
         "properties": {
@@ -104,20 +111,24 @@ SCHEMAS = {
         "required": ["name", "age"],
     },
     "all_optional": {"type": "object", "properties": {"a": {"type": "boolean"}, "b": {"type": "number"}}},
+    "counted": {"type": "object", "properties": {"a": {}, "b": {}, "c": {}}, "minProperties": 1, "maxProperties": 2},
+    "dependent": {"type": "object", "properties": {"card": {}, "billing": {}, "x": {}},
+                  "dependentRequired": {"card": ["billing"]}},
     "additional": {
         "type": "object",
         "properties": {"a": {"type": "integer"}},
         "additionalProperties": {"type": "string"},
     },
+    "property_names": {"type": "object", "propertyNames": {"pattern": "^[a-z]+$"}, "maxProperties": 3},
     "free_object": {"type": "object"},
     "array_any": {"type": "array"},
     "tuple": {"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}], "items": False},
+    "unique": {"type": "array", "items": {"enum": ["a", "b", "c"]}, "uniqueItems": True},
     "any_of": {"anyOf": [{"type": "integer"}, {"type": "array", "items": {"type": "integer"}}]},
-    "one_of_with_siblings": {
-        "type": "object",
-        "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-        "oneOf": [{"required": ["a"]}, {"required": ["b"]}],
-    },
+    "one_of_discriminated": {"oneOf": [
+        {"type": "object", "properties": {"kind": {"const": "a"}, "x": {"type": "integer"}}, "required": ["kind"]},
+        {"type": "object", "properties": {"kind": {"const": "b"}, "y": {"type": "string"}}, "required": ["kind"]},
+    ]},
     "all_of": {
         "allOf": [
             {"$ref": "#/definitions/base"},
@@ -156,9 +167,10 @@ SCHEMAS = {
 }
 
 
+@pytest.mark.parametrize("whitespace", sorted(WHITESPACE))
 @pytest.mark.parametrize("name", sorted(SCHEMAS))
-def test_grammar_well_formed(name):
-    check_grammar(schema_to_grammar(SCHEMAS[name]))
+def test_grammar_well_formed(name, whitespace):
+    check_grammar(schema_to_grammar(SCHEMAS[name], whitespace=whitespace))
 
 
 def test_json_grammar_is_any_object():
@@ -167,8 +179,21 @@ def test_json_grammar_is_any_object():
     assert {"object", "array", "string", "number", "boolean", "null", "value", "ws"} <= set(rules)
 
 
-def test_whitespace_rule():
-    assert re.search(r'^ws ::= \| " " \| "\\n" \[ \\t\]\{0,16\}$', JSON_GRAMMAR, re.MULTILINE)
+def test_whitespace_modes():
+    assert re.search(r'^ws ::= \| " "$', JSON_GRAMMAR, re.MULTILINE)      # compact: at most one space
+    pretty = schema_to_grammar({"type": "object"}, whitespace="pretty")
+    assert re.search(r'^ws ::= \| " " \| "\\n" \[ \\t\]\{0,20\}$', pretty, re.MULTILINE)
+    none = schema_to_grammar({"type": "object"}, whitespace="none")
+    assert "ws" not in parse_gbnf(none)
+    with pytest.raises(ValueError, match="whitespace mode 'loose'"):
+        schema_to_grammar({}, whitespace="loose")
+
+
+def test_values_carry_no_trailing_whitespace():
+    # whitespace sits inside objects and arrays only, so the output ends with its last token
+    for schema in ({"type": "string"}, {"type": "integer"}, {"enum": ["a"]}):
+        assert "ws" not in parse_gbnf(schema_to_grammar(schema))
+    assert schema_to_grammar({"type": "object"}).splitlines()[2].endswith('ws)? "}"')
 
 
 def test_exact_object_grammar():
@@ -179,45 +204,72 @@ def test_exact_object_grammar():
             "required": ["b"],
         }
     )
-    assert grammar.splitlines()[:4] == [
-        'root ::= "{" ws (a-kv "," ws b-kv ("," ws c-kv)? | b-kv ("," ws c-kv)?) "}" ws',
-        'a-kv ::= "\\"a\\"" ws ":" ws boolean',
-        'b-kv ::= "\\"b\\"" ws ":" ws string',
-        'c-kv ::= "\\"c\\"" ws ":" ws null',
+    assert grammar.splitlines()[:6] == [
+        'root ::= "{" ws rest-1 "}"',
+        'a-kv ::= "\\"a\\"" ":" ws boolean',
+        'b-kv ::= "\\"b\\"" ":" ws string',
+        'c-kv ::= "\\"c\\"" ":" ws null',
+        'rest ::= ("," ws c-kv ws | ws)',
+        'rest-1 ::= (a-kv "," ws b-kv rest | b-kv rest)',
     ]
 
 
 def test_exact_integer_range_and_enum():
     assert schema_to_grammar({"type": "integer", "minimum": -5, "maximum": 12}).splitlines()[0] == (
-        'root ::= ("-" [1-5] | [0-9] | "1" [0-2]) ws'
+        'root ::= ("-" [1-5] | [0-9] | "1" [0-2])'
     )
-    assert schema_to_grammar({"enum": ["x", None]}).splitlines()[0] == 'root ::= "\\"x\\"" ws | "null" ws'
+    assert schema_to_grammar({"enum": ["x", None]}).splitlines()[0] == 'root ::= ("\\"x\\"" | "null")'
+
+
+def test_enum_is_factored_by_shared_prefix():
+    grammar = schema_to_grammar({"enum": ["apple", "apricot", "banana"]})
+    assert grammar.splitlines()[0] == 'root ::= "\\"" ("ap" ("ple\\"" | "ricot\\"") | "banana\\"")'
+    many = schema_to_grammar({"enum": [f"item-{i:05d}" for i in range(20000)]})
+    check_grammar(many)
+    assert len(many) < 20000 * 10         # flat: 20000 * 16 bytes; shared prefixes are written once
+
+
+def test_deep_enum_nesting_continues_in_named_rules():
+    grammar = schema_to_grammar({"enum": ["a" * n for n in range(1, 200)]})
+    rules = check_grammar(grammar)
+    assert len(rules) > 5
+    assert max(line.count("(") for line in grammar.splitlines()) < 40
 
 
 def test_array_bounds():
     grammar = schema_to_grammar({"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 4})
-    assert grammar.splitlines()[0] == 'root ::= "[" ws integer ("," ws integer){1,3} "]" ws'
+    assert grammar.splitlines()[:2] == ['root ::= "[" ws integer root-sep{1,3} ws "]"',
+                                        'root-sep ::= "," ws integer']
     grammar = schema_to_grammar({"type": "array", "items": {"type": "integer"}, "maxItems": 1})
-    assert grammar.splitlines()[0] == 'root ::= "[" ws (integer)? "]" ws'
+    assert grammar.splitlines()[0] == 'root ::= "[" ws (integer ws)? "]"'
 
 
 def test_string_length_bounds():
     assert schema_to_grammar({"type": "string", "minLength": 1, "maxLength": 8}).splitlines()[0] == (
-        'root ::= "\\"" char{1,8} "\\"" ws'
+        'root ::= "\\"" char{1,8} "\\""'
     )
+
+
+def test_large_repetitions_stay_below_llamacpp_threshold():
+    # llama.cpp reads a count above 2000 as unbounded; long bounds become chains of rules
+    grammar = schema_to_grammar({"type": "string", "maxLength": 2500})
+    counts = [int(n) for n in re.findall(r"\{(?:\d+,)?(\d+)\}", grammar)]
+    assert counts and max(counts) <= 1000
+    assert "char{0,999}" in grammar
 
 
 def test_property_order_kept_and_optional_marked():
     grammar = schema_to_grammar(SCHEMAS["person"])
-    root = grammar.splitlines()[0]
-    assert root == 'root ::= "{" ws name-kv "," ws age-kv ("," ws email-kv)? ("," ws tags-kv)? "}" ws'
+    assert grammar.splitlines()[0] == 'root ::= "{" ws name-kv "," ws age-kv rest-1 "}"'
 
 
-def test_additional_properties_default():
+def test_additional_keys_exclude_declared_names():
+    grammar = schema_to_grammar(SCHEMAS["additional"])
+    key = next(line for line in grammar.splitlines() if line.startswith("additional-k ::="))
+    assert '"a" char+' in key and "[^\\x61" in key
     declared = schema_to_grammar({"type": "object", "properties": {"a": {"type": "integer"}}})
     assert "string" not in parse_gbnf(declared)  # no free-form keys when properties are declared
     assert schema_to_grammar({"type": "object"}).startswith("root ::= object\n")
-    assert "additional-kv" in schema_to_grammar(SCHEMAS["additional"])
 
 
 def test_recursive_ref_reuses_rule():
@@ -233,7 +285,7 @@ def test_identical_subschemas_share_a_rule():
     props = {"p": {"type": "array", "items": item}, "q": item}
     grammar = schema_to_grammar({"type": "object", "properties": props, "required": ["p", "q"]})
     rules = check_grammar(grammar)
-    assert rules["q-kv"][-1] in rules["p"]
+    assert rules["q-kv"][-1] in rules["p-sep"]
 
 
 @pytest.mark.parametrize(
@@ -255,28 +307,68 @@ def test_property_names_are_escaped():
 @pytest.mark.parametrize(
     ("schema", "message"),
     [
-        ({"type": "string", "pattern": "^a$"}, "'pattern'"),
+        ({"type": "string", "pattern": "^(a)\\1$"}, "backreferences"),
+        ({"type": "string", "pattern": "^(?=a)a$"}, "lookaround"),
+        ({"type": "string", "pattern": "^a\\bb$"}, "word boundaries"),
+        ({"type": "string", "pattern": "^a$b"}, "anchor"),
+        ({"type": "string", "pattern": "^\\p{L}+$"}, "Unicode property"),
+        ({"type": "string", "pattern": "^(a$"}, "unbalanced"),
+        ({"type": "string", "pattern": "^a**$"}, "multiple repeat"),
+        ({"type": "string", "format": "color"}, "format 'color' is not supported"),
+        ({"type": "string", "format": "date", "pattern": "^2"}, "'pattern' together with 'format'"),
+        ({"type": "string", "pattern": "^a.*b.*c$", "maxLength": 9}, "minLength/maxLength"),
         ({"type": "array", "uniqueItems": True}, "'uniqueItems'"),
+        ({"type": "array", "items": {"type": "string"}, "uniqueItems": True}, "'uniqueItems'"),
         ({"type": "object", "patternProperties": {"a": {}}}, "'patternProperties'"),
         ({"not": {"type": "string"}}, "'not'"),
         ({"if": {}, "then": {}, "else": {}}, "'else', 'if', 'then'"),
-        ({"type": "number", "minimum": 0}, "'minimum'"),
         ({"type": "integer", "multipleOf": 2}, "'multipleOf'"),
         ({"type": "integer", "minimum": 0, "exclusiveMinimum": True}, "'exclusiveMinimum'"),
+        ({"type": "number", "maximum": 2**60}, "'maximum' is beyond"),
+        ({"oneOf": [{"type": "number"}, {"type": "integer"}]}, "'oneOf' branches 0 and 1"),
+        ({"type": "object", "properties": {"a": {}, "b": {}}, "minProperties": 3}, "no object satisfies"),
+        ({"type": "object", "minProperties": 2}, "two or more extra keys"),
+        ({"type": "object", "properties": {"a": {}}, "required": ["a"], "propertyNames": {"enum": ["b"]}},
+         "required property 'a' is not allowed"),
+        ({"type": "object", "properties": {"a": {}}, "propertyNames": {"pattern": "^[a-z]$"},
+          "additionalProperties": True}, "propertyNames"),
+        ({"type": "object", "dependentRequired": {"a": "b"}}, "'dependentRequired' values"),
         ({"properties": {"a": {"type": "string", "contains": {}}}}, "#/properties/a: .*'contains'"),
         ({"$ref": "https://example.com/schema.json"}, "only local '\\$ref'"),
         ({"$ref": "#/$defs/missing"}, "does not resolve"),
         ({"$defs": {"a": {"allOf": [{"$ref": "#/$defs/a"}]}}, "$ref": "#/$defs/a", "title": "t"}, "circular"),
         ({"allOf": [{"type": "string"}, {"type": "integer"}]}, "conflicting 'type'"),
+        ({"allOf": [{"enum": [1, 2]}, {"enum": [3]}]}, "nothing in common"),
         ({"type": "widget"}, "unknown type 'widget'"),
         ({"enum": []}, "'enum'"),
+        ({"type": "string", "enum": ["a"], "maxLength": 3}, "together with 'maxLength'"),
         ({"anyOf": []}, "'anyOf'"),
         ({"type": "array", "items": False, "minItems": 1}, "'minItems'"),
         ({"type": "string", "minLength": 3, "maxLength": 2}, "'minLength'"),
         ({"type": "integer", "minimum": 3, "maximum": 2}, "no valid value"),
-        ({"type": "object", "properties": {"a": False}, "required": ["a"]}, "matches nothing"),
+        ({"type": "number", "minimum": 3, "exclusiveMaximum": 3}, "no valid value"),
+        ({"type": "object", "properties": {"a": False}, "required": ["a"]}, "not allowed"),
     ],
 )
 def test_unsupported_or_invalid_schema_raises(schema, message):
     with pytest.raises(ValueError, match=message):
         schema_to_grammar(schema)
+
+
+def test_allof_merges_enums_types_and_bounds():
+    merged = schema_to_grammar({"allOf": [{"enum": ["a", "b", "c"]}, {"enum": ["b", "c", "d"]}]})
+    assert merged.splitlines()[0] == 'root ::= "\\"" ("b\\"" | "c\\"")'
+    bounds = schema_to_grammar({"allOf": [{"type": "number", "minimum": 1}, {"type": "integer", "maximum": 3}]})
+    assert bounds.splitlines()[0] == "root ::= [1-3]"
+
+
+@pytest.mark.parametrize(("limits", "schema", "message"), [
+    (GrammarLimits(max_size=10_000), {"enum": [f"v{i}" for i in range(5000)]}, "larger than 10000 bytes"),
+    (GrammarLimits(max_size=10_000), {"type": "string", "maxLength": 20_000}, "larger than"),
+    (GrammarLimits(max_depth=5), {"type": "array", "items": {"type": "array", "items": {"type": "array", "items": {
+        "type": "array", "items": {"type": "array", "items": {"type": "array"}}}}}}, "deeper than 5"),
+    (GrammarLimits(timeout=0.0), {"type": "object", "properties": {f"p{i}": {} for i in range(50)}}, "longer than"),
+])
+def test_limits_refuse_quickly(limits, schema, message):
+    with pytest.raises(GrammarLimitError, match=message):
+        schema_to_grammar(schema, limits=limits)

@@ -1,0 +1,56 @@
+"""Bounds on converting a JSON schema to a grammar, so a hostile schema costs a quick refusal.
+
+The size counts what llama.cpp will hold, not only the text: it expands ``x{m,n}`` into up to n
+copies of ``x``, so a short ``char{0,100000}`` weighs as much as a long grammar.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+
+_REPEAT = re.compile(r'("(?:[^"\\]|\\.)*"|\[(?:[^\]\\]|\\.)*\]|[a-zA-Z0-9-]+)\{(\d+)(?:,(\d*))?\}')
+
+
+class GrammarLimitError(ValueError):
+    """A schema's grammar would exceed a limit (too large, too slow to build, nested too deeply)."""
+
+
+@dataclass(frozen=True)
+class GrammarLimits:
+    max_size: int = 2 * 1024 * 1024   # bytes of grammar, repetitions counted as expanded
+    max_depth: int = 64               # nested subschemas
+    timeout: float = 2.0              # seconds of conversion
+
+
+def cost(body: str) -> int:
+    """Weight of a rule body: its length plus the copies llama.cpp makes for its repetitions."""
+    extra = 0
+    for m in _REPEAT.finditer(body):
+        count = max(int(m[2]), int(m[3]) if m[3] else 0)
+        extra += count * len(m[1])
+    return len(body) + extra
+
+
+class Budget:
+    """What one conversion may still spend; raises GrammarLimitError when it runs out."""
+
+    def __init__(self, limits: GrammarLimits) -> None:
+        self.limits = limits
+        self.size = 0
+        self.deadline = time.monotonic() + limits.timeout
+
+    def spend(self, body: str) -> None:
+        self.size += cost(body)
+        if self.size > self.limits.max_size:
+            raise GrammarLimitError(f"the JSON schema's grammar is larger than {self.limits.max_size} bytes")
+        self.check()
+
+    def check(self) -> None:
+        if time.monotonic() > self.deadline:
+            raise GrammarLimitError(f"converting the JSON schema took longer than {self.limits.timeout:g} s")
+
+    def depth(self, depth: int, path: str) -> None:
+        if depth > self.limits.max_depth:
+            raise GrammarLimitError(f"{path}: the JSON schema is nested deeper than {self.limits.max_depth} levels")
