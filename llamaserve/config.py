@@ -275,6 +275,8 @@ def _entry(label: str, raw: dict, base_dir: Path, problems: _Problems) -> tuple[
         chat_format=raw.get("chat_format"), chat_template=raw.get("chat_template"),
         idle_unload=raw.get("idle_unload"), parallel=raw.get("parallel"), max_queue=raw.get("max_queue"),
         kv_unified=raw.get("kv_unified"), share_prefixes=raw.get("share_prefixes"),
+        speculative=raw.get("speculative"),
+        json_whitespace=raw.get("json_whitespace"),
     )
     return label, entry
 

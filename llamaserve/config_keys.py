@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from llamacore.json_grammar import WHITESPACE
 from llamacore.options import (
     EMBEDDING_ONLY_KEYS,
     FLASH_ATTN,
@@ -193,6 +194,27 @@ def _folders(v: Any) -> list[str]:
     return _list_of(string, "folders")(v)
 
 
+SPECULATIVE_KEYS = ("draft_model", "n_draft", "ngram_size", "p_min")
+
+
+def _speculative(v: Any) -> dict[str, int]:
+    """`{draft_model: ngram, n_draft, ngram_size}`: prompt-lookup drafts, as {n_draft, ngram_size}."""
+    if not isinstance(v, Mapping):
+        raise Invalid(f"expected a mapping such as {{draft_model: ngram, n_draft: 8}}, got {v!r}")
+    for key in v:
+        if key not in SPECULATIVE_KEYS:
+            raise Invalid(f"unknown key {key!r}{suggest(key, SPECULATIVE_KEYS)}")
+    if v.get("draft_model") != "ngram":
+        raise Invalid(f"draft_model: expected ngram (drafts by prompt lookup), got {v.get('draft_model')!r}; "
+                      f"draft model files are not supported yet")
+    if "p_min" in v:
+        raise Invalid("p_min: applies to draft models; prompt lookup (draft_model: ngram) has no draft probabilities")
+    try:
+        return {"n_draft": _int(1, 64)(v.get("n_draft", 8)), "ngram_size": _int(2, 8)(v.get("ngram_size", 3))}
+    except Invalid as e:
+        raise Invalid(f"n_draft or ngram_size: {e}") from None
+
+
 def suggest(word: Any, options: Any) -> str:
     """A " (did you mean 'x'?)" hint for a misspelt key or value, or ""."""
     close = difflib.get_close_matches(str(word), [str(o) for o in options], n=1)
@@ -208,6 +230,8 @@ ROOT_KEYS: dict[str, Check] = {
     "lora_steps_per_turn": _int(1), "kv_unified": _bool, "share_prefixes": _bool,
     "log_level": _choice(LOG_LEVELS), "cors": _cors, "max_body_bytes": _via(parse_size, positive=True),
     "shutdown_grace": _float(),
+    "grammar_cache_size": _via(parse_size), "grammar_max_size": _via(parse_size, positive=True),
+    "grammar_max_depth": _int(1), "grammar_timeout": _via(parse_duration, positive=True),
 }
 LOAD_KEYS: dict[str, Check] = {      # the keys of llamacore.options.LOAD_KEYS
     "n_ctx": _int(0), "n_batch": _int(1), "n_ubatch": _int(1),
@@ -227,7 +251,8 @@ ENTRY_KEYS: dict[str, Check] = {
     "chat_format": _optional(string), "chat_template": _optional(string),
     "idle_unload": _optional(_via(parse_duration)), "parallel": _optional(_int(1)),
     "max_queue": _optional(_int(0)), "lora_steps_per_turn": _optional(_int(1)),
-    "kv_unified": _optional(_bool), "share_prefixes": _optional(_bool), **LOAD_KEYS,
+    "kv_unified": _optional(_bool), "share_prefixes": _optional(_bool), "speculative": _optional(_speculative),
+    "json_whitespace": _optional(_choice(tuple(WHITESPACE))), **LOAD_KEYS,
 }
 NAME_KEYS = ("alias", "model_alias", "aliases")
 ADAPTER_ITEM_KEYS = ("path", "name")     # the keys of one mapping in an entry's adapters list
@@ -254,12 +279,12 @@ def kind_problems(load: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(key, message) for each load key of an entry that its kind of model has no use for.
 
     Such a key would otherwise be dropped silently: pooling_type means nothing to a generation
-    model, seed (the default sampling seed) nothing to an embedding model.
+    model, seed (the default sampling seed) and speculative nothing to an embedding model.
     """
     if load.get("embedding"):
         return [(key, ("applies only to generation models (embedding models do not sample); "
                        "remove it from this entry or from defaults"))
-                for key in sorted(GENERATION_ONLY_KEYS & load.keys())]
+                for key in sorted((GENERATION_ONLY_KEYS | {"speculative"}) & load.keys())]
     return [(key, ("applies only to embedding models (embedding: true); "
                    "remove it from this entry or from defaults"))
             for key in sorted(EMBEDDING_ONLY_KEYS & load.keys())]

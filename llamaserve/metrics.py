@@ -38,6 +38,11 @@ class Metrics:
                                              ["model", "source"], registry=r)
         self.adapter_unloads = Counter("llamaserve_adapter_unloads", "LoRA adapters freed, by reason",
                                        ["model", "reason"], registry=r)
+        # totals of the loaded engines (they start at 0 when a model loads again)
+        self.draft_tokens = Gauge("llamaserve_speculative_draft_tokens",
+                                  "Draft tokens decoded by speculative decoding, per loaded model", ["model"], registry=r)
+        self.draft_accepted = Gauge("llamaserve_speculative_accepted_tokens",
+                                    "Draft tokens accepted (acceptance rate = accepted / draft)", ["model"], registry=r)
         self.cancelled = Counter("llamaserve_cancelled_requests", "Generations stopped by client disconnect",
                                  registry=r)
 

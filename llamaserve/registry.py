@@ -33,6 +33,7 @@ from llamaserve.logs import loading_model
 from llamaserve.metrics import Metrics
 from llamaserve.runtime_adapters import RuntimeAdapters
 from llamaserve.settings import ModelEntry, ServerConfig
+from llamaserve.speculative import PromptLookup
 
 log = logging.getLogger("llamaserve.registry")
 
@@ -273,6 +274,8 @@ class Registry:
             max_queue=_either(entry.max_queue, self.config.max_queue),
             kv_unified=_either(entry.kv_unified, self.config.kv_unified),
             share_prefixes=_either(entry.share_prefixes, self.config.share_prefixes),
+            speculative=PromptLookup(entry.speculative["n_draft"], entry.speculative["ngram_size"])
+            if entry.speculative else None,
             n_ctx=params.get("n_ctx", 2048),
             seed=params.get("seed"),     # config rejects pooling_type for generation entries
             model_kwargs={k: v for k, v in params.items() if k in MODEL_KEYS},

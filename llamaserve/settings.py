@@ -36,6 +36,8 @@ class ModelEntry:
     max_queue: int | None = None
     kv_unified: bool | None = None
     share_prefixes: bool | None = None
+    speculative: Mapping[str, int] | None = field(default=None, hash=False)   # prompt lookup: n_draft, ngram_size
+    json_whitespace: str | None = None      # whitespace in structured output (json_grammar.WHITESPACE)
 
     def names(self) -> tuple[str, ...]:
         return (self.alias, *self.aliases)
@@ -71,6 +73,10 @@ class ServerConfig:
     cors_origins: tuple[str, ...] = ()
     max_body_bytes: int = 4 * 1024 * 1024
     shutdown_grace: float = 10.0
+    grammar_cache_size: int = 32 * 1024 * 1024    # bytes of compiled response_format grammars kept
+    grammar_max_size: int = 2 * 1024 * 1024       # largest grammar a schema may compile to
+    grammar_max_depth: int = 64                   # deepest schema nesting
+    grammar_timeout: float = 2.0                  # seconds a schema may take to compile
     models: tuple[ModelEntry, ...] = ()
     source: Path | None = None
 

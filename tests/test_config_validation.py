@@ -156,3 +156,24 @@ models:
     assert "models[0].lora_steps_per_turn" in warnings[1]
     bad = yaml_config(work, "lora_steps_per_turn: 0\nmodels: [{alias: a, model: models/model.gguf}]\n")
     assert problems(bad) == [f"{bad}: lora_steps_per_turn: must be at least 1, got 0"]
+
+
+@pytest.mark.parametrize("value, message", [
+    ("{draft_model: ngram, n_draft: 0}", "n_draft or ngram_size: must be between 1 and 64, got 0"),
+    ("{draft_model: models/draft.gguf}", "draft_model: expected ngram (drafts by prompt lookup)"),
+    ("{draft_model: ngram, p_min: 0.5}", "p_min: applies to draft models"),
+    ("{draft_model: ngram, n_drafts: 4}", "unknown key 'n_drafts' (did you mean 'n_draft'?)"),
+    ("8", "expected a mapping such as"),
+])
+def test_speculative_settings_are_checked(work, value, message):
+    path = yaml_config(work, f"models: [{{alias: a, model: models/model.gguf, speculative: {value}}}]\n")
+    found = problems(path)
+    assert len(found) == 1 and found[0].startswith(f"{path}: models[0].speculative: {message}"), found
+
+
+def test_speculative_prompt_lookup_loads(work):
+    from llamaserve.config import load_config
+
+    path = yaml_config(work, "defaults: {speculative: {draft_model: ngram, n_draft: 6}}\n"
+                             "models: [{alias: a, model: models/model.gguf}]\n")
+    assert dict(load_config(path).models[0].speculative) == {"n_draft": 6, "ngram_size": 3}

@@ -78,4 +78,9 @@ async def prometheus(request: Request) -> Response:
     engines = [m.engine for m in state.registry.loaded.values() if m.engine is not None]
     state.metrics.active_sequences.set(sum(e.active for e in engines))
     state.metrics.queue_depth.set(sum(e.queued for e in engines))
+    for loaded in state.registry.loaded.values():
+        if loaded.engine is not None and loaded.engine.scheduler.drafter is not None:
+            model = loaded.entries[0].alias
+            state.metrics.draft_tokens.labels(model).set(loaded.engine.scheduler.drafted)
+            state.metrics.draft_accepted.labels(model).set(loaded.engine.scheduler.accepted)
     return Response(state.metrics.render(), media_type="text/plain; version=0.0.4")
