@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING
 
 from llamacore.events import EngineEvent, Failed, Finished, FinishReason, Token
 from llamacore.prefix import AdapterKey, common_prefix, reusable_prefix
-from llamaserve.speculative import DraftPacing, PromptLookup
+from llamaserve.speculative import DraftPacing, NgramIndex, PromptLookup
 
 if TYPE_CHECKING:
     from llamacore.logprobs import TokenLogprob
@@ -81,6 +81,7 @@ class Slot:
     pending: list[int] = field(default_factory=list)   # prompt left to decode, or the token to feed back
     generated: int = 0
     pacing: DraftPacing = field(default_factory=DraftPacing)
+    ngrams: NgramIndex | None = None                   # the drafter's index of this sequence
 
 
 @dataclass(frozen=True)
@@ -196,6 +197,7 @@ class Scheduler:
             if source is not None:
                 slot.cached = list(req.tokens[:shared])
             slot.adapters, slot.req, slot.generated, slot.pacing = req.adapters, req, 0, DraftPacing()
+            slot.ngrams = self.drafter.index() if self.drafter else None
             slot.pending = list(req.tokens[len(slot.cached):])
             slot.state = SlotState.PREFILLING
             admitted.append(Admission(slot, req, keep, source, shared))
@@ -260,10 +262,11 @@ class Scheduler:
         """Draft tokens after a generating sequence's next token, in what the prompts leave of the budget."""
         if self.drafter is None or slot.state is not SlotState.GENERATING or slot.req is None:
             return []
-        room = min(room, self.n_ctx_seq - len(slot.cached) - 2, slot.req.max_tokens - slot.generated - 1)
-        if room <= 0 or not slot.pacing.may_draft():
+        room = min(room, slot.pacing.length, self.n_ctx_seq - len(slot.cached) - 2,
+                   slot.req.max_tokens - slot.generated - 1)
+        if room <= 0 or slot.ngrams is None or not slot.pacing.may_draft():
             return []
-        return self.drafter.propose(slot.cached + take, room)
+        return slot.ngrams.propose(slot.cached + take, room)
 
     def on_sampled(self, plan: StepPlan, sampled: list[Sampled | list[Sampled] | BaseException]) -> Emitted:
         """Feed back what was sampled for each row of `plan.sample`: its token, or for a row with
@@ -295,7 +298,7 @@ class Scheduler:
             if draft:
                 self.drafted += len(draft)
                 self.accepted += accepted
-                slot.pacing.verified(accepted)
+                slot.pacing.verified(accepted, len(draft), self.drafter.n_draft if self.drafter else 0)
         return events
 
     def _feed(self, slot: Slot, req: GenRequest, s: Sampled, events: Emitted) -> bool:

@@ -18,44 +18,72 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class PromptLookup:
-    """Up to `n_draft` tokens that followed an earlier occurrence of the context's last n-gram.
+    """Up to `n_draft` tokens that followed the latest earlier occurrence of the context's last n-gram.
 
-    Tries n-grams of `ngram` tokens down to 2 (a longer match predicts better), looking back
-    at most `window` tokens.
+    Tries n-grams of `ngram` tokens down to 2 (a longer match predicts better). A sequence keeps
+    an `NgramIndex` of its context, so a proposal costs a few dict lookups, not a scan.
     """
 
     n_draft: int = 8
     ngram: int = 3
-    window: int = 4096
 
     def __post_init__(self) -> None:
-        if self.n_draft < 1 or self.ngram < 2 or self.window < self.ngram:
+        if self.n_draft < 1 or self.ngram < 2:
             raise ValueError(f"invalid prompt lookup settings: n_draft={self.n_draft}, ngram={self.ngram}")
 
+    def index(self) -> NgramIndex:
+        return NgramIndex(self)
+
     def propose(self, context: Sequence[int], limit: int) -> list[int]:
-        limit = min(limit, self.n_draft)
+        """A proposal from a fresh index of `context` (a sequence's own index is cheaper)."""
+        return self.index().propose(context, limit)
+
+
+class NgramIndex:
+    """The latest start of every n-gram of a growing context that has a token after it."""
+
+    def __init__(self, lookup: PromptLookup) -> None:
+        self.lookup = lookup
+        self.tokens: list[int] = []
+        self.starts: dict[int, dict[tuple[int, ...], int]] = {n: {} for n in range(2, lookup.ngram + 1)}
+
+    def propose(self, context: Sequence[int], limit: int) -> list[int]:
+        """Draft tokens after `context`, which extends the context of the previous call (else the
+        index starts over)."""
+        self._sync(context)
+        limit = min(limit, self.lookup.n_draft)
         if limit <= 0:
             return []
-        ctx = list(context[-self.window:])
-        for n in range(min(self.ngram, len(ctx) - 1), 1, -1):
-            tail = ctx[-n:]
-            # the latest earlier start of the same n-gram, not the tail itself
-            for start in range(len(ctx) - n - 1, -1, -1):
-                if ctx[start] == tail[0] and ctx[start:start + n] == tail:
-                    follow = ctx[start + n:start + n + limit]
-                    if follow:
-                        return follow
-                    break
+        tokens = self.tokens
+        for n in range(min(self.lookup.ngram, len(tokens) - 1), 1, -1):
+            start = self.starts[n].get(tuple(tokens[-n:]))
+            if start is not None:
+                return tokens[start + n:start + n + limit]
         return []
+
+    def _sync(self, context: Sequence[int]) -> None:
+        known = len(self.tokens)
+        if len(context) < known or context[known - 1:known] != self.tokens[known - 1:]:
+            self.tokens, known = [], 0
+            for table in self.starts.values():
+                table.clear()
+        self.tokens.extend(context[known:])
+        tokens = self.tokens
+        for p in range(max(known, 1), len(tokens)):      # the n-grams ending just before token p
+            for n, table in self.starts.items():
+                if p >= n:
+                    table[tuple(tokens[p - n:p])] = p - n
 
 
 @dataclass
 class DraftPacing:
-    """Per sequence: after `patience` verifications in a row that accept nothing, no drafts for
-    `cooldown` steps (a non-repetitive text would otherwise pay rejected rows every step)."""
+    """How much one sequence drafts: drafts start short, double while they are all accepted and
+    shrink to what was accepted; after `patience` verifications in a row that accept nothing, no
+    drafts for `cooldown` steps (on text that does not repeat, rejected rows would cost every step)."""
 
-    patience: int = 3
-    cooldown: int = 16
+    patience: int = 2
+    cooldown: int = 32
+    length: int = 2
     misses: int = 0
     resting: int = 0
 
@@ -65,7 +93,8 @@ class DraftPacing:
             return False
         return True
 
-    def verified(self, accepted: int) -> None:
+    def verified(self, accepted: int, drafted: int, most: int) -> None:
+        self.length = min(most, 2 * self.length) if accepted == drafted else max(1, accepted + 1)
         self.misses = 0 if accepted else self.misses + 1
         if self.misses >= self.patience:
             self.misses, self.resting = 0, self.cooldown

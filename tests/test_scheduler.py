@@ -311,8 +311,10 @@ def test_drafts_ride_with_the_next_token_and_only_accepted_ones_stay():
     from llamaserve.speculative import PromptLookup
 
     sched, log = Scheduler(1, n_batch=64, n_ctx_seq=256, drafter=PromptLookup(n_draft=4, ngram=2)), Log()
-    # the prompt ends with "5 6", which occurred before followed by 7 8 9 10
     sched.add(log.request("r", [1, 5, 6, 7, 8, 9, 10, 11, 5, 6], max_tokens=20))
+    sched.admit()
+    sched.slots[0].pacing.length = 4                # as after accepted drafts
+    # the prompt ends with "5 6", which occurred before followed by 7 8 9 10
     step(sched, log, token=7)                       # prefill, samples 7; context ... 5 6 | 7
     plan = sched.schedule()
     (row,) = plan.rows
@@ -346,13 +348,17 @@ def test_drafts_never_pass_max_tokens_nor_take_budget_from_prompts():
 def test_pacing_rests_after_rejected_drafts():
     from llamaserve.speculative import DraftPacing
 
-    pacing = DraftPacing(patience=2, cooldown=3)
-    for accepted in (0, 0):
+    pacing = DraftPacing(patience=2, cooldown=3, length=2)
+    pacing.verified(2, 2, most=8)                   # all accepted: drafts get longer
+    pacing.verified(4, 4, most=8)
+    assert pacing.length == 8
+    pacing.verified(3, 8, most=8)                   # some accepted: as long as what was accepted, +1
+    assert pacing.length == 4
+    for _ in range(2):
         assert pacing.may_draft()
-        pacing.verified(accepted)
+        pacing.verified(0, 4, most=8)
+    assert pacing.length == 1
     assert [pacing.may_draft() for _ in range(4)] == [False, False, False, True]
-    pacing.verified(1)
-    assert pacing.may_draft()
 
 
 def test_prompt_lookup_prefers_the_longest_latest_match():
