@@ -46,7 +46,7 @@ def grammar_for(response_format: dict[str, Any] | None, *, whitespace: str = "co
     kind = response_format.get("type", "text")
     if kind == "text":
         return None
-    compile_schema = (cache or default_cache()).grammar
+    compile_schema = (cache if cache is not None else default_cache()).grammar
     if kind == "json_object":
         schema = response_format.get("schema")          # llama-cpp-python's extension
         return compile_schema(schema if schema else {"type": "object"}, whitespace)

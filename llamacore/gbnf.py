@@ -33,13 +33,16 @@ class Rules(Protocol):
     def named(self, hint: str, body: str) -> str:
         """A rule name for `body` (an existing rule with the same body is reused)."""
 
+    def check(self, pending: int = 0) -> None:
+        """Raise (a ValueError) if time is up or ``pending`` more bytes of grammar would not fit."""
+
+
+_QUOTE_TABLE = {**{c: f"\\x{c:02X}" for c in (*range(0x20), 0x7F)}, **{ord(k): v for k, v in _ESCAPES.items()}}
+
 
 def quote(text: str) -> str:
     """GBNF string literal for ``text``."""
-    escaped = (
-        _ESCAPES.get(c) or (f"\\x{ord(c):02X}" if ord(c) < 0x20 or ord(c) == 0x7F else c) for c in text
-    )
-    return '"' + "".join(escaped) + '"'
+    return '"' + text.translate(_QUOTE_TABLE) + '"'
 
 
 def _class_char(cp: int) -> str:
@@ -102,6 +105,7 @@ def literal_alternation(texts: list[str], rules: Rules, hint: str) -> str:
     if not strings:
         raise ValueError("no alternatives")
     pending: list[tuple[str, int, int, int]] = []
+    written = [0]
 
     def node(lo: int, hi: int, off: int, depth: int) -> str:
         alts, optional, i = [], False, lo
@@ -110,9 +114,11 @@ def literal_alternation(texts: list[str], rules: Rules, hint: str) -> str:
         while i < hi:
             first = strings[i]
             j = bisect_right(strings, first[: off + 1] + "\U0010ffff", i, hi)
-            last = strings[j - 1]
-            end = off + len(os.path.commonprefix([first[off:], last[off:]]))
+            end = len(first) if j - i == 1 else _common_end(first, strings[j - 1], off + 1)
             piece = quote(first[off:end])
+            written[0] += len(piece) + 4
+            if written[0] > 65536:
+                rules.check(written[0])
             if j - i == 1 and end == len(first):
                 alts.append(piece)
             elif depth >= TRIE_NESTING:
@@ -132,6 +138,14 @@ def literal_alternation(texts: list[str], rules: Rules, hint: str) -> str:
         name, lo, hi, off = pending.pop()
         rules.define(name, node(lo, hi, off, 1))
     return top
+
+
+def _common_end(a: str, b: str, start: int) -> int:
+    """Where the common prefix of ``a`` and ``b`` ends (they agree before ``start``)."""
+    n = min(len(a), len(b))
+    while start < n and a[start] == b[start]:
+        start += 1
+    return start
 
 
 def _digits_range(a: str, b: str) -> list[str]:

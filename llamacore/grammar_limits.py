@@ -10,7 +10,9 @@ import re
 import time
 from dataclasses import dataclass
 
-_REPEAT = re.compile(r'("(?:[^"\\]|\\.)*"|\[(?:[^\]\\]|\\.)*\]|[a-zA-Z0-9-]+)\{(\d+)(?:,(\d*))?\}')
+# a literal, a class or a name, and the repetition after it (literals are skipped whole, so braces
+# inside them never count)
+_REPEAT = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|\[[^\]\\]*(?:\\.[^\]\\]*)*\]|[a-zA-Z0-9-]+|\{(\d+)(?:,(\d*))?\}')
 
 
 class GrammarLimitError(ValueError):
@@ -26,10 +28,14 @@ class GrammarLimits:
 
 def cost(body: str) -> int:
     """Weight of a rule body: its length plus the copies llama.cpp makes for its repetitions."""
-    extra = 0
+    if "{" not in body:
+        return len(body)
+    extra, atom = 0, 0
     for m in _REPEAT.finditer(body):
-        count = max(int(m[2]), int(m[3]) if m[3] else 0)
-        extra += count * len(m[1])
+        if m[1] is None:
+            atom = m.end() - m.start()
+        else:
+            extra += max(int(m[1]), int(m[2]) if m[2] else 0) * atom
     return len(body) + extra
 
 
@@ -47,7 +53,10 @@ class Budget:
             raise GrammarLimitError(f"the JSON schema's grammar is larger than {self.limits.max_size} bytes")
         self.check()
 
-    def check(self) -> None:
+    def check(self, pending: int = 0) -> None:
+        """Raise if time is up, or if ``pending`` more bytes would not fit."""
+        if self.size + pending > self.limits.max_size:
+            raise GrammarLimitError(f"the JSON schema's grammar is larger than {self.limits.max_size} bytes")
         if time.monotonic() > self.deadline:
             raise GrammarLimitError(f"converting the JSON schema took longer than {self.limits.timeout:g} s")
 

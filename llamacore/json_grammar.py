@@ -103,8 +103,8 @@ class Converter:
             self.by_body[body] = name
         return self.by_body[body]
 
-    def check(self) -> None:
-        self.budget.check()
+    def check(self, pending: int = 0) -> None:
+        self.budget.check(pending)
 
     def key(self, name: str) -> str:
         return quote(json.dumps(name, ensure_ascii=False))

@@ -48,6 +48,7 @@ from llamaserve.routes.models import (
 )
 from llamaserve.settings import ServerConfig
 from llamaserve.shutdown import Drain, DrainMiddleware
+from llamaserve.structured import grammar_cache
 
 log = logging.getLogger("llamaserve")
 
@@ -115,6 +116,7 @@ def create_app(config: ServerConfig) -> Starlette:
     app.state.registry = registry
     app.state.metrics = metrics
     app.state.drain = drain
+    app.state.grammars = grammar_cache(config, metrics)
     return app
 
 

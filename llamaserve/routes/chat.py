@@ -9,7 +9,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from llamacore import tool_calls
-from llamacore.chat import grammar_for, prompt_tokens, tool_setup
+from llamacore.chat import prompt_tokens, tool_setup
 from llamacore.responses import (
     ChatStream,
     CreateChatCompletionResponse,
@@ -28,6 +28,7 @@ from llamaserve.routes.requests import (
     respond,
 )
 from llamaserve.schemas import ChatRequest
+from llamaserve.structured import response_grammar
 
 
 async def chat_completions(request: Request) -> Response:
@@ -42,7 +43,7 @@ async def chat_completions(request: Request) -> Response:
         try:
             tools, tool_grammar = tool_setup(template, body.tools, body.tool_choice)
             tokens, template_stops = prompt_tokens(engine.model, template, messages, tools)
-            grammar = tool_grammar or grammar_for(body.response_format)
+            grammar = tool_grammar or await response_grammar(state, body, entry)
             stops = template_stops + body.stop_list()
         except ValueError as exc:
             raise APIError(400, str(exc)) from None

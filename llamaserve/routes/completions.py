@@ -9,7 +9,6 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from llamacore.chat import grammar_for
 from llamacore.events import Finished
 from llamacore.responses import CreateCompletionResponse, Envelope, completion_logprobs, usage
 from llamaserve.choices import Choice, run_choices
@@ -23,6 +22,7 @@ from llamaserve.routes.requests import (
     respond,
 )
 from llamaserve.schemas import CompletionRequest
+from llamaserve.structured import response_grammar
 
 
 def _prompts(body: CompletionRequest, model) -> list[list[int]]:
@@ -54,7 +54,7 @@ async def completions(request: Request) -> Response:
         raise APIError(400, "suffix is not supported", param="suffix")
     try:
         stops = body.stop_list()
-        grammar = grammar_for(body.response_format)
+        grammar = await response_grammar(state, body, state.registry.entry(body.model))
     except ValueError as exc:
         raise APIError(400, str(exc)) from None
 
