@@ -7,7 +7,7 @@ and ``\\s`` are their ASCII forms, their negations and negated classes that use 
 ASCII, ``.`` never produces a line terminator, and control characters other than the JSON short
 escapes are written as ``\\u00XX``. Features a context-free grammar cannot express (backreferences,
 lookaround, word boundaries, anchors in the middle) raise ValueError naming the feature.
-A pattern is unanchored unless it starts with ``^`` / ends with ``$``, as JSON Schema says.
+A pattern is a search, as JSON Schema says: anchors ``^`` and ``$`` are honoured where they stand.
 """
 
 from __future__ import annotations

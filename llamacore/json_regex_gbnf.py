@@ -151,17 +151,20 @@ class _Empty(ValueError):
 def pattern_content(pattern: str, rules: Rules, hint: str, any_char: str,
                     lo: int = 0, hi: int | None = None) -> str:
     """GBNF for the characters between a JSON string's quotes that match ``pattern`` (a search, as
-    JSON Schema's ``pattern`` is), with lo..hi characters; ``any_char`` is the rule for one JSON char."""
+    JSON Schema's ``pattern`` is), with lo..hi characters; ``any_char`` is the rule for one JSON char.
+
+    The match is written first: a string that starts with a match contains one, and the model meets
+    the pattern at once instead of after an unbounded prefix. An alternative not anchored at its
+    end may continue with any characters.
+    """
     emitter = Emitter(rules, hint)
     options = []
-    for start, end, node in parse(pattern):
-        if not (start and end):
+    for _, end, node in parse(pattern):
+        if not end:
             if (lo, hi) != (0, None):
-                raise ValueError(f"pattern {pattern!r} is not anchored with ^...$; together with "
-                                 "minLength/maxLength only anchored patterns are supported")
-            pad = f"{any_char}*"
-            body = emitter.emit(node)
-            options.append(" ".join(p for p in ("" if start else pad, body, "" if end else pad) if p))
+                raise ValueError(f"pattern {pattern!r} does not end with $; together with "
+                                 "minLength/maxLength only patterns anchored at the end are supported")
+            options.append(f"{emitter.emit(node)} {any_char}*".strip())
             continue
         options.append(emitter.emit(fit_length(node, lo, hi, f"pattern {pattern!r}")))
     return options[0] if len(options) == 1 else "(" + " | ".join(options) + ")"
