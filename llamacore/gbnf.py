@@ -72,6 +72,8 @@ def repeat(atom: str, lo: int, hi: int | None, rules: Rules) -> str:
     """
     if hi == 0:
         return ""
+    if max(lo, hi or 0) > MAX_DIRECT_REPEAT:     # llama.cpp will hold that many copies
+        rules.check(max(lo, hi or 0) * len(atom))
     if lo > MAX_DIRECT_REPEAT:
         head = " ".join([f"{atom}{{{MAX_DIRECT_REPEAT}}}"] * (lo // MAX_DIRECT_REPEAT))
         tail = repeat(atom, lo % MAX_DIRECT_REPEAT, None if hi is None else hi - lo + lo % MAX_DIRECT_REPEAT, rules)

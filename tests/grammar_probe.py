@@ -86,6 +86,6 @@ def generate(model: llamacore.Model, grammar: str, seeds: list[int], *, max_toke
         if not len(batch):
             break
         ctx.decode(batch)
-        rows = {seq: r for seq, r in zip([s for s in live if not done[s]], batch.output_indices())}
+        rows = {seq: r for seq, r in zip([s for s in live if not done[s]], batch.output_indices(), strict=True)}
     return [b"".join(model.token_to_piece(t) for t in out).decode("utf-8") if done[i] else None
             for i, out in enumerate(outputs)]
