@@ -15,6 +15,11 @@ from dataclasses import dataclass
 _REPEAT = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|\[[^\]\\]*(?:\\.[^\]\\]*)*\]|[a-zA-Z0-9-]+|\{(\d+)(?:,(\d*))?\}')
 
 
+class UnsupportedSchemaError(ValueError):
+    """A valid schema uses a feature that a grammar cannot express (a lookaround, uniqueItems over
+    open-ended items, an unknown format, ...). Within anyOf such a branch can be left out."""
+
+
 class GrammarLimitError(ValueError):
     """A schema's grammar would exceed a limit (too large, too slow to build, nested too deeply)."""
 

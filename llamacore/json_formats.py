@@ -10,6 +10,8 @@ rather than ignored.
 
 from __future__ import annotations
 
+from llamacore.grammar_limits import UnsupportedSchemaError
+
 _DAY31 = "(?:0[1-9]|[12][0-9]|3[01])"
 _DAY30 = "(?:0[1-9]|[12][0-9]|30)"
 _DAY28 = "(?:0[1-9]|1[0-9]|2[0-8])"
@@ -60,5 +62,5 @@ def format_pattern(name: object, path: str) -> str:
     if not isinstance(name, str):
         raise ValueError(f"{path}: 'format' must be a string, got {name!r}")
     if name not in FORMATS:
-        raise ValueError(f"{path}: format {name!r} is not supported (supported: {', '.join(FORMATS)})")
+        raise UnsupportedSchemaError(f"{path}: format {name!r} is not supported (supported: {', '.join(FORMATS)})")
     return FORMATS[name]

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from llamacore.gbnf import int_range, literal_alternation, quote, repeat
-from llamacore.grammar_limits import Budget, GrammarLimitError, GrammarLimits
+from llamacore.grammar_limits import Budget, GrammarLimitError, GrammarLimits, UnsupportedSchemaError
 from llamacore.json_formats import format_pattern
 from llamacore.json_merge import ANNOTATIONS, canonical, disjoint, expand, literals, resolve
 from llamacore.json_numbers import number_range
@@ -78,6 +78,7 @@ class Converter:
         self.rules: dict[str, str] = {"root": ""}
         self.by_body: dict[str, str] = {}
         self.refs: dict[str, str] = {"#": "root"}
+        self.journal: list[str] = []     # rule names in the order they were reserved (for rollback)
 
     # --- rule bookkeeping (gbnf.Rules) ---
     def reserve(self, hint: str) -> str:
@@ -87,7 +88,17 @@ class Converter:
             n += 1
             name = f"{base}-{n}"
         self.rules[name] = ""
+        self.journal.append(name)
         return name
+
+    def rollback(self, mark: int) -> None:
+        """Forget the rules reserved since ``len(journal)`` was ``mark`` (a branch that was refused)."""
+        gone = set(self.journal[mark:])
+        del self.journal[mark:]
+        for name in gone:
+            del self.rules[name]
+        self.by_body = {b: n for b, n in self.by_body.items() if n not in gone}
+        self.refs = {r: n for r, n in self.refs.items() if n not in gone}
 
     def define(self, name: str, body: str) -> None:
         self.budget.spend(body)
@@ -125,7 +136,7 @@ class Converter:
             raise ValueError(f"{path}: expected a schema object, got {schema!r}")
         unknown = sorted(set(schema) - _SUPPORTED - ANNOTATIONS)
         if unknown:
-            raise ValueError(f"{path}: unsupported JSON Schema keyword(s): {', '.join(map(repr, unknown))}")
+            raise UnsupportedSchemaError(f"{path}: unsupported JSON Schema keyword(s): {', '.join(map(repr, unknown))}")
         constraints = {k: v for k, v in schema.items() if k not in ANNOTATIONS}
         if not constraints:
             return "value"
@@ -185,7 +196,16 @@ class Converter:
                         raise ValueError(f"{path}: 'oneOf' branches {j} and {i} may both match a value, and a "
                                          "grammar cannot exclude that; use 'anyOf', or tell the branches "
                                          "apart by type or by a required property with distinct 'const' values")
-        alts = [self.visit(b, f"{hint}-{i}", f"{path}/{key}/{i}", depth + 1) for i, b in enumerate(branches)]
+        alts, refused = [], []
+        for i, branch in enumerate(branches):
+            mark = len(self.journal)
+            try:
+                alts.append(self.visit(branch, f"{hint}-{i}", f"{path}/{key}/{i}", depth + 1))
+            except UnsupportedSchemaError as exc:    # the other branches still give valid values
+                self.rollback(mark)
+                refused.append(exc)
+        if not alts:
+            raise refused[0]
         return " | ".join(dict.fromkeys(alts))
 
     def enum(self, schema: Mapping[str, Any], hint: str, path: str) -> str:
@@ -208,7 +228,7 @@ class Converter:
     def string(self, schema: Mapping[str, Any], hint: str, path: str) -> str:
         lo, hi = self.bounds(schema, "minLength", "maxLength", path)
         if "pattern" in schema and "format" in schema:
-            raise ValueError(f"{path}: 'pattern' together with 'format' is not supported")
+            raise UnsupportedSchemaError(f"{path}: 'pattern' together with 'format' is not supported")
         if "pattern" in schema:
             if not isinstance(schema["pattern"], str):
                 raise ValueError(f"{path}: 'pattern' must be a string")
@@ -259,7 +279,7 @@ class Converter:
             raise ValueError(f"{path}: 'uniqueItems' must be true or false")
         if schema.get("uniqueItems") and (hi is None or hi > 1):
             if prefix:
-                raise ValueError(f"{path}: 'uniqueItems' with 'prefixItems' is not supported")
+                raise UnsupportedSchemaError(f"{path}: 'uniqueItems' with 'prefixItems' is not supported")
             return self.unique_array(items, lo, hi, hint, path, depth)
         w = self.w
         atoms = [self.visit(s, f"{hint}-{i}", f"{path}/prefixItems/{i}", depth + 1)
@@ -287,7 +307,7 @@ class Converter:
         """Arrays without repeated items over a small finite set of values: one rule per used subset."""
         values = self.finite_values(items, path)
         if values is None or len(values) > MAX_UNIQUE_VALUES:
-            raise ValueError(f"{path}: 'uniqueItems' is supported only for items with at most "
+            raise UnsupportedSchemaError(f"{path}: 'uniqueItems' is supported only for items with at most "
                              f"{MAX_UNIQUE_VALUES} possible values (enum, const, boolean, null)")
         hi = len(values) if hi is None else min(hi, len(values))
         if lo > hi:

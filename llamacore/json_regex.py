@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from llamacore.grammar_limits import UnsupportedSchemaError
+
 MAX_DEPTH = 48         # nested groups
 MAX_COUNT = 100_000    # largest {m,n} bound
 MAX_CP = 0x10FFFF
@@ -96,7 +98,7 @@ class _Parser:
         return ValueError(f"pattern {self.p!r}: {what}")
 
     def unsupported(self, feature: str) -> ValueError:
-        return self.error(f"uses {feature}, which a grammar cannot express")
+        return UnsupportedSchemaError(f"pattern {self.p!r}: uses {feature}, which a grammar cannot express")
 
     def peek(self, k: int = 0) -> str:
         return self.p[self.i + k] if self.i + k < len(self.p) else ""

@@ -372,3 +372,23 @@ def test_allof_merges_enums_types_and_bounds():
 def test_limits_refuse_quickly(limits, schema, message):
     with pytest.raises(GrammarLimitError, match=message):
         schema_to_grammar(schema, limits=limits)
+
+
+def test_anyof_leaves_out_branches_a_grammar_cannot_express():
+    # pydantic's Decimal: a number, or a string whose pattern starts with a lookahead
+    decimal = {"anyOf": [{"type": "number"}, {"type": "string", "pattern": "^(?!^[-+.]*$)[+-]?0*\\d*\\.?\\d*$"}]}
+    assert check_grammar(schema_to_grammar(decimal))["root"] == ["number"]
+    with pytest.raises(ValueError, match="lookaround"):
+        schema_to_grammar({"anyOf": [{"type": "string", "pattern": "^(?=a)"}, {"format": "color"}]})
+    with pytest.raises(ValueError, match="unbalanced"):    # an invalid branch is an error, not left out
+        schema_to_grammar({"anyOf": [{"type": "number"}, {"type": "string", "pattern": "^(a$"}]})
+
+
+def test_a_left_out_branch_leaves_no_rules_behind():
+    node = {"type": "object", "properties": {"a": {"type": "string", "pattern": "^(?=a)"}}, "required": ["a"]}
+    schema = {"$defs": {"x": node}, "type": "object",
+              "properties": {"p": {"anyOf": [{"$ref": "#/$defs/x"}, {"type": "null"}]}, "q": {"$ref": "#/$defs/x"}}}
+    with pytest.raises(ValueError, match="lookaround"):   # q needs the refused definition itself
+        schema_to_grammar(schema)
+    del schema["properties"]["q"]
+    assert set(check_grammar(schema_to_grammar(schema))) == {"root", "p-kv", "rest", "null", "ws"}
