@@ -18,8 +18,9 @@ from typing import Any
 
 from llamacore.gbnf import int_range, literal_alternation, quote, repeat
 from llamacore.grammar_limits import Budget, GrammarLimitError, GrammarLimits, UnsupportedSchemaError
+from llamacore.json_arrays import array_body
 from llamacore.json_formats import format_pattern
-from llamacore.json_merge import ANNOTATIONS, canonical, disjoint, expand, literals, resolve
+from llamacore.json_merge import ANNOTATIONS, canonical, disjoint, expand, is_type, resolve, type_set
 from llamacore.json_numbers import number_range
 from llamacore.json_objects import object_body
 from llamacore.json_regex import parse_anchored
@@ -62,7 +63,6 @@ _IMPLIED_TYPE = {
 }
 _NAME = re.compile(r"[a-zA-Z0-9-]+")
 _TERMINALS = re.compile(r'"(?:[^"\\]|\\.)*"|\[(?:[^\]\\]|\\.)*\]')
-MAX_UNIQUE_VALUES = 8   # uniqueItems is compiled over item sets of at most this many values
 
 
 class Converter:
@@ -162,7 +162,7 @@ class Converter:
         if kind == "object":
             return object_body(self, constraints, hint, path, depth)
         if kind == "array":
-            return self.array(constraints, hint, path, depth)
+            return array_body(self, constraints, hint, path, depth)
         if kind == "string":
             return self.string(constraints, hint, path)
         if kind == "number":
@@ -216,7 +216,7 @@ class Converter:
             raise ValueError(f"{path}: 'enum' must be a non-empty list")
         values = [schema["const"]] if "const" in schema else list(schema["enum"])
         if "type" in schema:
-            values = [v for v in values if _is_type(v, _type_set(schema["type"]))]
+            values = [v for v in values if is_type(v, type_set(schema["type"]))]
             if not values:
                 raise ValueError(f"{path}: no 'enum'/'const' value has the schema's type")
         try:
@@ -261,86 +261,6 @@ class Converter:
             raise ValueError(f"{path}: integer bounds leave no valid value")
         return int_range(lo, hi)
 
-    def array(self, schema: Mapping[str, Any], hint: str, path: str, depth: int) -> str:
-        lo, hi = self.bounds(schema, "minItems", "maxItems", path)
-        items = schema.get("items", {})
-        prefix = schema.get("prefixItems")
-        if isinstance(prefix, Mapping) and "items" not in schema:
-            items, prefix = prefix, None      # llama.cpp reads a lone prefixItems schema as items
-        elif isinstance(prefix, Mapping):
-            prefix = None
-        if prefix is None and isinstance(items, list):        # draft-7 tuple form
-            prefix, items = items, schema.get("additionalItems", False)
-        elif prefix is not None and "items" not in schema:
-            items = False                     # a tuple is exact unless items says what may follow
-        if prefix is not None and not isinstance(prefix, list):
-            raise ValueError(f"{path}: 'prefixItems' must be a list of schemas")
-        if schema.get("uniqueItems", False) not in (True, False):
-            raise ValueError(f"{path}: 'uniqueItems' must be true or false")
-        if schema.get("uniqueItems") and (hi is None or hi > 1):
-            if prefix:
-                raise UnsupportedSchemaError(f"{path}: 'uniqueItems' with 'prefixItems' is not supported")
-            return self.unique_array(items, lo, hi, hint, path, depth)
-        w = self.w
-        atoms = [self.visit(s, f"{hint}-{i}", f"{path}/prefixItems/{i}", depth + 1)
-                 for i, s in enumerate((prefix or [])[:hi])]
-        rest_lo, rest_hi = max(lo - len(atoms), 0), None if hi is None else hi - len(atoms)
-        if items is False or rest_hi == 0:
-            if rest_lo:
-                raise ValueError(f"{path}: 'minItems' asks for more items than the array may hold")
-            rest = ""
-        else:
-            item = self.visit(items, f"{hint}-item", f"{path}/items", depth + 1)
-            sep = self.named(f"{hint}-sep", f'","{w} {item}')
-            if atoms:
-                rest = repeat(sep, rest_lo, rest_hi, self)
-            else:
-                more = repeat(sep, max(rest_lo - 1, 0), None if rest_hi is None else rest_hi - 1, self)
-                if not rest_lo:
-                    return f'"["{w} ({" ".join(x for x in (item, more, w.strip()) if x)})? "]"'
-                rest = f"{item} {more}".strip()
-        inner = f' ","{w} '.join(atoms) + (" " + rest if rest else "")
-        inner = inner.strip()
-        return f'"["{w} {inner}{w} "]"' if inner else f'"["{w} "]"'
-
-    def unique_array(self, items: Any, lo: int, hi: int | None, hint: str, path: str, depth: int) -> str:
-        """Arrays without repeated items over a small finite set of values: one rule per used subset."""
-        values = self.finite_values(items, path)
-        if values is None or len(values) > MAX_UNIQUE_VALUES:
-            raise UnsupportedSchemaError(f"{path}: 'uniqueItems' is supported only for items with at most "
-                             f"{MAX_UNIQUE_VALUES} possible values (enum, const, boolean, null)")
-        hi = len(values) if hi is None else min(hi, len(values))
-        if lo > hi:
-            raise ValueError(f"{path}: 'minItems' asks for more distinct items than there are values")
-        w, memo = self.w, {}
-
-        def after(used: int, count: int) -> str:
-            if used not in memo:
-                alts = [w.strip()] if count >= lo else []
-                alts += [f'","{w} {quote(v)} {after(used | 1 << k, count + 1)}'.strip()
-                         for k, v in enumerate(values) if not used & 1 << k and count < hi]
-                memo[used] = self.named(f"{hint}-unique", " | ".join(a or '""' for a in alts))
-            return memo[used]
-
-        first = " | ".join(f"{quote(v)} {after(1 << k, 1)}" for k, v in enumerate(values))
-        return f'"["{w} ({first}){"?" if lo == 0 else ""} "]"'
-
-    def finite_values(self, schema: Any, path: str) -> list[str] | None:
-        """Canonical texts of every value ``schema`` allows, if it allows only finitely many."""
-        schema = expand(self.document, schema, path) if isinstance(schema, Mapping) else schema
-        if not isinstance(schema, Mapping):
-            return None
-        found = literals(schema)
-        if found is not None:
-            if "type" in schema:
-                found = {v for v in found if _is_type(json.loads(v), _type_set(schema["type"]))}
-            return sorted(found)
-        table = {"boolean": ["true", "false"], "null": ["null"]}
-        kinds = sorted(_type_set(schema.get("type")))
-        if set(schema) <= {"type"} and kinds and all(k in table for k in kinds):
-            return [v for k in kinds for v in table[k]]
-        return None
-
     @staticmethod
     def bounds(schema: Mapping[str, Any], lo_key: str, hi_key: str, path: str) -> tuple[int, int | None]:
         lo, hi = schema.get(lo_key, 0), schema.get(hi_key)
@@ -365,19 +285,6 @@ class Converter:
         for name in used & primitives.keys() - self.rules.keys():
             self.budget.spend(primitives[name])
         return "".join(f"{name} ::= {body}\n" for name, body in defined.items() if name in used)
-
-
-def _type_set(kind: Any) -> set[str]:
-    return set(kind) if isinstance(kind, list) else {kind} if isinstance(kind, str) else set()
-
-
-def _is_type(value: Any, kinds: set[str]) -> bool:
-    if isinstance(value, bool):
-        return "boolean" in kinds
-    if isinstance(value, int) or isinstance(value, float) and value.is_integer():
-        return bool(kinds & {"integer", "number"})
-    table = {float: "number", str: "string", list: "array", dict: "object", type(None): "null"}
-    return table.get(type(value)) in kinds
 
 
 def schema_to_grammar(schema: Any, *, whitespace: str = "compact", limits: GrammarLimits | None = None) -> str:

@@ -125,6 +125,21 @@ def _value_type(value: Any) -> str:
     return {float: "number", str: "string", list: "array", dict: "object"}.get(type(value), "object")
 
 
+def type_set(kind: Any) -> set[str]:
+    """The type names a ``type`` keyword value lists (empty when it names none)."""
+    return set(kind) if isinstance(kind, list) else {kind} if isinstance(kind, str) else set()
+
+
+def is_type(value: Any, kinds: set[str]) -> bool:
+    """Whether a JSON value has one of the type names ``kinds`` (integral numbers are integers)."""
+    if isinstance(value, bool):
+        return "boolean" in kinds
+    if isinstance(value, int) or isinstance(value, float) and value.is_integer():
+        return bool(kinds & {"integer", "number"})
+    table = {float: "number", str: "string", list: "array", dict: "object", type(None): "null"}
+    return table.get(type(value)) in kinds
+
+
 def literals(schema: Mapping[str, Any]) -> set[str] | None:
     """The canonical texts of the values a const/enum schema allows (None: not a finite set)."""
     if "const" in schema:
