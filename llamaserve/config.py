@@ -17,11 +17,15 @@ from types import MappingProxyType
 from typing import Any
 
 from llamacore.chat_format import TEMPLATES
-from llamacore.gguf_header import GGUFHeader
-from llamaserve.adapter_store import REGISTRY_FILE
-from llamaserve.adapters import name_adapters
+from llamaserve.config_adapters import (
+    adapter_list,
+    check_adapter_file,
+    check_adapter_names,
+    lora_adapters,
+    resolve_adapters_dirs,
+)
+from llamaserve.config_checks import LINE_BREAKS, Problems, config_path, path_is, read_gguf
 from llamaserve.config_keys import (
-    ADAPTER_ITEM_KEYS,
     DEPRECATED_KEYS,
     ENTRY_KEYS,
     LOAD_KEYS,
@@ -33,11 +37,9 @@ from llamaserve.config_keys import (
     kind_problems,
     parse_duration,
     parse_size,
-    scale,
-    string,
     suggest,
 )
-from llamaserve.discovery import cached_header, discover
+from llamaserve.discovery import discover
 from llamaserve.settings import ModelEntry, ServerConfig
 
 __all__ = [
@@ -50,8 +52,6 @@ log = logging.getLogger(__name__)
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _MAX_DEPTH = 64      # far beyond any real config; deeper data would overflow the recursive checks
 _MAX_VALUES = 1_000_000
-# Every character str.splitlines() breaks at, escaped: one problem must stay one line.
-_LINE_BREAKS = {c: repr(chr(c))[1:-1] for c in (0x0A, 0x0B, 0x0C, 0x0D, 0x1C, 0x1D, 0x1E, 0x85, 0x2028, 0x2029)}
 
 
 class ConfigError(Exception):
@@ -88,7 +88,7 @@ def read_config_data(path: str | os.PathLike[str]) -> dict:
     except FileNotFoundError:
         raise ConfigError([f"{path}: file not found"]) from None
     except (OSError, ValueError) as e:   # JSONDecodeError and TOMLDecodeError are ValueErrors
-        raise ConfigError([f"{path}: {e}".translate(_LINE_BREAKS)]) from None
+        raise ConfigError([f"{path}: {e}".translate(LINE_BREAKS)]) from None
     except RecursionError:              # thousands of nested [ or {: every parser recurses
         raise ConfigError([f"{path}: nested more than {_MAX_DEPTH} levels deep"]) from None
     if data is None:
@@ -107,24 +107,13 @@ def load_config(path: str | os.PathLike[str]) -> ServerConfig:
 # -- parsing ---------------------------------------------------------------------------------
 
 
-class _Problems(list):
-    """Problem lines, each prefixed with the config's name."""
-
-    def __init__(self, label: str) -> None:
-        super().__init__()
-        self.label = label
-
-    def add(self, key: str, message: str) -> None:
-        self.append(f"{self.label}: " + f"{key}: {message}".translate(_LINE_BREAKS))
-
-
 def parse_config(data: dict, source: Path | None, base_dir: Path) -> ServerConfig:
     """Validate ``data`` (as read from ``source``) into a ServerConfig or raise ConfigError.
 
     Strings get ${VAR} / ${VAR:-default} interpolation; relative paths resolve against
     ``base_dir``; ``defaults`` is merged into every model entry (the entry wins).
     """
-    problems = _Problems(str(source) if source else "<command line>")
+    problems = Problems(str(source) if source else "<command line>")
     if not isinstance(data, dict):
         raise ConfigError([f"{problems.label}: expected a mapping at the top level"])
     shape = _shape_problem(data)
@@ -150,8 +139,8 @@ def parse_config(data: dict, source: Path | None, base_dir: Path) -> ServerConfi
         if "model" not in raw or "model" in fields:   # else its bad value is reported already
             found.append(_entry(f"models[{i}]", {**defaults, **fields}, base_dir, problems))
 
-    models_dir = _path(settings["models_dir"], base_dir) if settings.get("models_dir") else None
-    if models_dir is not None and not _is(models_dir, Path.is_dir):
+    models_dir = config_path(settings["models_dir"], base_dir) if settings.get("models_dir") else None
+    if models_dir is not None and not path_is(models_dir, Path.is_dir):
         problems.add("models_dir", f"not a directory: {models_dir}")
     elif models_dir is not None:
         taken = {name for e in found if e for name in e[1].names()}
@@ -159,10 +148,10 @@ def parse_config(data: dict, source: Path | None, base_dir: Path) -> ServerConfi
                            base_dir, problems) for alias, path in discover(models_dir) if alias not in taken]
     entries = [e for e in found if e]
     _check_names(entries, settings.get("default_model"), problems)
-    _check_adapter_names(entries, problems)
+    check_adapter_names(entries, problems)
     _check_chat_formats(entries, problems)
-    adapters_dirs = _adapters_dirs(settings.pop("adapters_dir", None) or [], settings.get("persist_adapters", False),
-                                   base_dir, problems)
+    adapters_dirs = resolve_adapters_dirs(settings.pop("adapters_dir", None) or [],
+                                          settings.get("persist_adapters", False), base_dir, problems)
     if not raw_models and not entries:
         problems.add("models", "no models configured (add a models list, or a models_dir with GGUF models)")
     if problems:
@@ -192,7 +181,7 @@ def _shape_problem(data: Any) -> str | None:
     return None
 
 
-def _interpolate(value: Any, key: str, problems: _Problems) -> Any:
+def _interpolate(value: Any, key: str, problems: Problems) -> Any:
     if isinstance(value, dict):
         return {_interpolate(k, _join(key, k), problems): _interpolate(v, _join(key, k), problems)
                 for k, v in value.items()}
@@ -216,14 +205,14 @@ def _join(prefix: str, key: Any) -> str:
     return f"{prefix}.{key}" if prefix else str(key)
 
 
-def _mapping(value: Any, key: str, problems: _Problems) -> dict:
+def _mapping(value: Any, key: str, problems: Problems) -> dict:
     if value is None or isinstance(value, dict):
         return value or {}
     problems.add(key, f"expected a mapping, got {value!r}")
     return {}
 
 
-def _fields(raw: dict, spec: dict[str, Check], prefix: str, problems: _Problems,
+def _fields(raw: dict, spec: dict[str, Check], prefix: str, problems: Problems,
             allowed: tuple[str, ...] | None = None) -> dict[str, Any]:
     """Check every key of ``raw`` against ``spec``; unknown keys get a did-you-mean."""
     allowed = allowed or tuple(spec)
@@ -245,13 +234,7 @@ def _fields(raw: dict, spec: dict[str, Check], prefix: str, problems: _Problems,
     return clean
 
 
-def _path(text: str, base_dir: Path) -> Path:
-    """Absolute and normalised, without resolving symlinks (so names stay the user's)."""
-    # os.path.expanduser leaves ~unknown-user as it is; Path.expanduser raises RuntimeError
-    return Path(os.path.normpath(base_dir / os.path.expanduser(text)))
-
-
-def _entry(label: str, raw: dict, base_dir: Path, problems: _Problems) -> tuple[str, ModelEntry] | None:
+def _entry(label: str, raw: dict, base_dir: Path, problems: Problems) -> tuple[str, ModelEntry] | None:
     """Build one entry from its merged keys, checking its files; None when it cannot be built."""
     if "model" not in raw:
         problems.add(f"{label}.model", "required (the path of a GGUF model file)")
@@ -260,13 +243,13 @@ def _entry(label: str, raw: dict, base_dir: Path, problems: _Problems) -> tuple[
         problems.add(f"{label}.model_alias", "give either alias or model_alias, not both")
     for key, message in kind_problems(raw):
         problems.add(f"{label}.{key}", message)
-    model = _path(raw["model"], base_dir)
+    model = config_path(raw["model"], base_dir)
     arch = _model_architecture(model, f"{label}.model", problems)
-    adapters = _adapters(raw.get("lora_adapters", {}), base_dir, f"{label}.lora_adapters", problems)
-    declared = _adapter_list(raw.get("adapters", []), base_dir, f"{label}.adapters", problems)
+    adapters = lora_adapters(raw.get("lora_adapters", {}), base_dir, f"{label}.lora_adapters", problems)
+    declared = adapter_list(raw.get("adapters", []), base_dir, f"{label}.adapters", problems)
     for key, listed in (("lora_adapters", adapters), ("adapters", declared)):
         for path, _ in listed:
-            _check_adapter_file(path, arch, f"{label}.{key}", problems)
+            check_adapter_file(path, arch, f"{label}.{key}", problems)
     alias = raw.get("alias") or raw.get("model_alias") or model.name.removesuffix(".gguf")
     aliases = tuple(dict.fromkeys(a for a in raw.get("aliases", ()) if a != alias))
     entry = ModelEntry(
@@ -281,27 +264,8 @@ def _entry(label: str, raw: dict, base_dir: Path, problems: _Problems) -> tuple[
     return label, entry
 
 
-def _is(path: Path, test) -> bool:
-    """``path.is_dir()``/``is_file()`` that answers False for names the OS rejects (too long, ...)."""
-    try:
-        return test(path)
-    except OSError:
-        return False
-
-
-def _gguf(path: Path, key: str, problems: _Problems) -> GGUFHeader | None:
-    if not _is(path, Path.is_file):
-        problems.add(key, f"file not found: {path}")
-        return None
-    try:
-        return cached_header(path)
-    except (OSError, ValueError) as e:
-        problems.add(key, f"{path} is not a readable GGUF file: {e}")
-        return None
-
-
-def _model_architecture(model: Path, key: str, problems: _Problems) -> str | None:
-    header = _gguf(model, key, problems)
+def _model_architecture(model: Path, key: str, problems: Problems) -> str | None:
+    header = read_gguf(model, key, problems)
     if header is None:
         return None
     if header.type in ("adapter", "mmproj"):
@@ -311,89 +275,8 @@ def _model_architecture(model: Path, key: str, problems: _Problems) -> str | Non
     return header.architecture
 
 
-def _adapters(value: Any, base_dir: Path, key: str, problems: _Problems) -> tuple[tuple[Path, float], ...]:
-    """``{path: scale}`` or ``[path, ...]`` (scale 1.0), as absolute paths."""
-    if isinstance(value, list) and all(isinstance(p, str) and p for p in value):
-        value = dict.fromkeys(value, 1.0)
-    if not isinstance(value, dict):
-        problems.add(key, f"expected a mapping of adapter paths to scales or a list of paths, got {value!r}")
-        return ()
-    adapters = []
-    for path, factor in value.items():
-        try:
-            adapters.append((_path(string(path), base_dir), scale(factor)))
-        except Invalid as e:
-            problems.add(f"{key}[{path!r}]", str(e))
-    return tuple(adapters)
-
-
-def _check_adapter_file(path: Path, arch: str | None, key: str, problems: _Problems) -> None:
-    adapter = _gguf(path, key, problems)
-    if adapter is None:
-        return
-    if adapter.type != "adapter":
-        kind = repr(adapter.type) if adapter.type else "not set"
-        problems.add(key, f"{path.name} is not a LoRA adapter (general.type is {kind}, not 'adapter'): {path}")
-    elif arch and adapter.architecture != arch:
-        problems.add(key, f"adapter {path.name} is for architecture {adapter.architecture!r}, model is {arch!r}")
-
-
-def _adapter_list(value: Any, base_dir: Path, key: str, problems: _Problems) -> tuple[tuple[Path, str | None], ...]:
-    """An entry's ``adapters``: a list of paths or ``{path, name}`` mappings, as (absolute path, name)."""
-    if not isinstance(value, list):
-        problems.add(key, f"expected a list of adapter paths or {{path: ..., name: ...}} mappings, got {value!r}")
-        return ()
-    out: list[tuple[Path, str | None]] = []
-    for i, item in enumerate(value):
-        item = {"path": item} if isinstance(item, str) else item
-        if not isinstance(item, dict):
-            problems.add(f"{key}[{i}]", f"expected an adapter path or a {{path: ..., name: ...}} mapping, got {item!r}")
-            continue
-        for extra in item.keys() - set(ADAPTER_ITEM_KEYS):
-            hint = suggest(extra, ADAPTER_ITEM_KEYS) or (
-                " (adapters listed here apply only to requests that name them; use lora_adapters for "
-                "ones every request of this alias gets)" if extra == "scale" else "")
-            problems.add(f"{key}[{i}].{extra}", f"unknown key{hint}")
-        try:
-            path = _path(string(item.get("path")), base_dir)
-            name = None if item.get("name") is None else string(item["name"])
-        except Invalid as e:
-            problems.add(f"{key}[{i}]", f"path and name: {e}")
-            continue
-        out.append((path, name))
-    return tuple(out)
-
-
-def _check_adapter_names(entries: list[tuple[str, ModelEntry]], problems: _Problems) -> None:
-    """Adapter names are per base model: one name per file, one file per name."""
-    labels = {id(entry): label for label, entry in entries}
-    bases: dict[tuple, list[ModelEntry]] = {}
-    for _, entry in entries:
-        bases.setdefault(entry.base_key(), []).append(entry)
-    for siblings in bases.values():
-        for entry, message in name_adapters(siblings)[1]:
-            problems.add(f"{labels[id(entry)]}.adapters", message)
-
-
-def _adapters_dirs(value: list[str], persist: bool, base_dir: Path, problems: _Problems) -> tuple[Path, ...]:
-    """The adapters_dir folders with symlinks resolved (runtime adapter paths are checked against these)."""
-    folders = []
-    for i, text in enumerate(value):
-        key = "adapters_dir" if len(value) == 1 else f"adapters_dir[{i}]"
-        folder = Path(os.path.realpath(_path(text, base_dir)))
-        if not _is(folder, Path.is_dir):
-            problems.add(key, f"not a directory: {folder}")
-        elif persist and not os.access(folder, os.W_OK):
-            problems.add(key, f"not writable, and persist_adapters: true keeps {REGISTRY_FILE} there: {folder}")
-        else:
-            folders.append(folder)
-    if persist and not value:
-        problems.add("persist_adapters", "needs adapters_dir (runtime adapters are kept in a file there)")
-    return tuple(dict.fromkeys(folders))
-
-
 def _check_names(entries: list[tuple[str, ModelEntry]], default_model: str | None,
-                 problems: _Problems) -> None:
+                 problems: Problems) -> None:
     owner: dict[str, str] = {}
     for label, entry in entries:
         for i, name in enumerate(entry.names()):
@@ -405,7 +288,7 @@ def _check_names(entries: list[tuple[str, ModelEntry]], default_model: str | Non
         problems.add("default_model", f"no model named {default_model!r}{suggest(default_model, owner)}")
 
 
-def _check_chat_formats(entries: list[tuple[str, ModelEntry]], problems: _Problems) -> None:
+def _check_chat_formats(entries: list[tuple[str, ModelEntry]], problems: Problems) -> None:
     named = [(label, e.chat_format) for label, e in entries if e.chat_format]
     if not named:
         return
