@@ -27,7 +27,7 @@ from pathlib import Path
 
 import servers
 from models import SPECS, ensure_loras, ensure_model
-from server_rounds import add_round_options, bench, make_client, print_table, run_report, summarize, warmup
+from server_rounds import add_round_options, bench, print_table, run_report, summarize, warm_started
 
 N_CTX = 256
 
@@ -47,12 +47,7 @@ async def served(path: Path, rank: int, args, workdir: Path) -> dict:
         texts = {}
         for s in pair:
             group.add(s)
-            print(f"started {s.name}: {' '.join(s.cmd)}", flush=True)
-            client = make_client(s)
-            try:
-                texts[s.name] = await warmup(client, s, ["base", *loras])
-            finally:
-                await client.close()
+            texts[s.name] = await warm_started(s, ["base", *loras])
         cases = [(case_name(n, c), [f"l{k}" for k in range(1, n + 1)], c)
                  for c in args.clients for n in args.adapters]
         rounds = await bench([(s, cases) for s in pair], args.reps, args)

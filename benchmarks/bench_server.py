@@ -32,8 +32,8 @@ from pathlib import Path
 
 import servers
 from models import SPECS, ensure_loras, ensure_model  # also puts the checkout on sys.path
-from server_rounds import (N_GEN, PROMPT, add_round_options, bench, make_client, print_table, ratio, run_report,
-                           summarize, warmup)
+from server_rounds import (N_GEN, PROMPT, add_round_options, bench, print_table, ratio, run_report, summarize,
+                           warm_started)
 
 N_CTX = 256
 PARALLEL = 8
@@ -98,12 +98,7 @@ async def amain(args) -> dict:
                 print(note)
                 main.remove(s)
                 continue
-            print(f"started {s.name}: {' '.join(s.cmd)}", flush=True)
-            client = make_client(s)
-            try:
-                texts[s.name] = await warmup(client, s, ["base"])
-            finally:
-                await client.close()
+            texts[s.name] = await warm_started(s, ["base"])
         report["warmup_texts"] = texts
         _check_same_text(texts, notes)
         report["servers"] = {s.name: {"cmd": s.cmd, "log": str(s.log_path)} for s in main}
@@ -131,12 +126,7 @@ async def amain(args) -> dict:
             texts = {}
             for s in lora_servers:
                 group.add(s)
-                print(f"started {s.name}: {' '.join(s.cmd)}", flush=True)
-                client = make_client(s)
-                try:
-                    texts[s.name] = await warmup(client, s, ["base", *loras])
-                finally:
-                    await client.close()
+                texts[s.name] = await warm_started(s, ["base", *loras])
                 distinct = len(set(texts[s.name].values()))
                 if distinct < 1 + len(loras):
                     note = (f"{s.name}: only {distinct} distinct warmup outputs over base+{len(loras)} adapters; "

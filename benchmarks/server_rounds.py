@@ -177,6 +177,17 @@ async def warmup(client: AsyncOpenAI, server: servers.Server, aliases: list[str]
     return texts
 
 
+async def warm_started(server: servers.Server, aliases: list[str]) -> dict[str, str]:
+    """For a server just started: print its command line, then warm it up (see ``warmup``) on a
+    client of its own; its warmup texts by alias."""
+    print(f"started {server.name}: {' '.join(server.cmd)}", flush=True)
+    client = make_client(server)
+    try:
+        return await warmup(client, server, aliases)
+    finally:
+        await client.close()
+
+
 async def bench(groups: list[tuple[servers.Server, list[tuple[str, list[str], int]]]], reps: int,
                 args) -> list[dict]:
     """Rounds for every (server, cases); the servers' order rotates from one case/rep to the next."""
