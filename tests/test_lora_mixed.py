@@ -4,10 +4,9 @@ The contract is exactness against the same batch decoded with the sequence's ada
 applied to the whole context (same tokens, positions, sequence ids and batch shapes, so
 llama.cpp's kernels sum in the same order; a sequence attends only to its own KV cells):
 
-- a batch whose sequences share one set, or mix one adapter with none, is bit for bit equal;
-- a batch mixing several adapters computes them packed side by side (one product for all their
-  A, one for all their B), which sums in another order: logits agree to 1e-4 of their range
-  and greedy picks are equal.
+- a batch whose sequences share one set, or mix sets, is bit for bit equal (each adapter's
+  products run over the rows that use it, never fewer than the CPU kernels' threshold, and a
+  token's deltas are added in adapter order).
 """
 
 import asyncio
