@@ -14,9 +14,10 @@ what the token budget allows), GENERATING (one sampled token to feed back each s
 (its request ended this step; released at the next admit).
 
 Each sequence carries its own LoRA adapter set (llamacore's Context.set_sequence_adapters), so
-one decode carries every running sequence whatever its adapters: generating sequences first (one
-token each), then prompt chunks with what is left of `n_batch`. KV is reused only between
-requests with equal adapter sets, since K and V depend on the adapters.
+one decode carries every running sequence whatever its adapters: generating sequences get the
+token budget first (one token each), then prompt chunks with what is left of `n_batch`. The
+batch lists its rows by adapter, so each adapter's products cover only the rows that use it.
+KV is reused only between requests with equal adapter sets, since K and V depend on the adapters.
 
 Shared prefixes (with `share_prefixes`, which needs a unified KV cache): a new request whose
 prompt starts like what another sequence holds gets those KV cells shared into its own sequence
@@ -256,6 +257,9 @@ class Scheduler:
             slot.cached.extend(take + draft)
             del slot.pending[:len(take)]
             budget -= len(take) + len(draft)
+        # in the batch, rows on one adapter are neighbours: llama.cpp computes an adapter's
+        # products from its first row to its last (stable: generating rows stay ahead within one)
+        rows.sort(key=lambda r: tuple(path for path, _ in r.slot.adapters))
         return StepPlan(rows)
 
     def _draft(self, slot: Slot, take: list[int], room: int) -> list[int]:

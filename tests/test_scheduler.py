@@ -117,6 +117,21 @@ def test_one_step_carries_every_adapter_set():
     assert all(log.tokens.count(n) == 24 for n in ("A1", "A2", "B1", "none"))
 
 
+def test_rows_on_one_adapter_are_neighbours_in_the_batch():
+    """llama.cpp computes an adapter's products from its first row to its last: no strangers between."""
+    sched, log = Scheduler(6, n_batch=64, n_ctx_seq=256), Log()
+    for name, adapters in (("A1", A), ("B1", B), ("none", ()), ("A2", A), ("B2", B)):
+        sched.add(log.request(name, [1, 5], max_tokens=3, adapters=adapters))
+    step(sched, log)                                    # prompts
+    sched.add(log.request("A3", [1, 5, 6, 7], max_tokens=3, adapters=A))
+    rows = step(sched, log)                             # generating rows and A3's prompt
+    names = [name for name, *_ in rows]
+    groups = [name.rstrip("0123456789") for name in names]
+    assert sorted(names) == ["A1", "A2", "A3", "B1", "B2", "none"]
+    assert groups == sorted(groups, key=lambda g: {"none": 0, "A": 1, "B": 2}[g])
+    assert names.index("A3") == 3                       # after the generating rows of its adapter
+
+
 def test_unloaded_adapter_is_not_reused_nor_reported_in_use():
     sched, log = Scheduler(2, n_batch=64, n_ctx_seq=256), Log()
     sched.add(log.request("a", [1, 5, 6], max_tokens=1, adapters=A))
