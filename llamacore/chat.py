@@ -65,14 +65,18 @@ def _special_text(model: Model, token: int) -> str:
     return model.token_to_piece(token, True).decode("utf-8", "replace") if token >= 0 else ""
 
 
-def prompt_tokens(model: Model, template: str, messages: list[dict[str, Any]],
-                  tools: list | None) -> tuple[list[int], list[str]]:
-    """Rendered, tokenized prompt and the stop strings the template implies."""
+def prompt_text(model: Model, template: str, messages: list[dict[str, Any]], tools: list | None) -> str:
+    """The prompt `template` renders for `messages`, ending with the assistant's turn opened."""
     if not messages:
         raise ValueError("messages must contain at least one message")
     bos, eos = _special_text(model, model.token_bos), _special_text(model, model.token_eos)
-    text = render_chat(template, messages, bos_token=bos, eos_token=eos,
-                       add_generation_prompt=True, tools=tools)
+    return render_chat(template, messages, bos_token=bos, eos_token=eos, add_generation_prompt=True, tools=tools)
+
+
+def prompt_tokens(model: Model, template: str, messages: list[dict[str, Any]],
+                  tools: list | None) -> tuple[list[int], list[str]]:
+    """Rendered, tokenized prompt and the stop strings the template implies."""
+    text = prompt_text(model, template, messages, tools)
     tokens = model.tokenize(text, add_special=False, parse_special=True)
     if model.add_bos and (not tokens or tokens[0] != model.token_bos):
         tokens.insert(0, model.token_bos)

@@ -46,6 +46,7 @@ from llamaserve.routes.models import (
     prometheus,
     set_lora_adapters,
 )
+from llamaserve.routes.utility import apply_template, detokenize, tokenize
 from llamaserve.settings import ServerConfig
 from llamaserve.shutdown import Drain, DrainMiddleware
 from llamaserve.structured import grammar_cache
@@ -93,6 +94,9 @@ def create_app(config: ServerConfig) -> Starlette:
         Route("/lora-adapters", set_lora_adapters, methods=["POST"]),
         Route("/v1/load_lora_adapter", vllm_load, methods=["POST"]),
         Route("/v1/unload_lora_adapter", vllm_unload, methods=["POST"]),
+        Route("/tokenize", tokenize, methods=["POST"]),
+        Route("/detokenize", detokenize, methods=["POST"]),
+        Route("/apply-template", apply_template, methods=["POST"]),
         Route("/health", health, methods=["GET"]),
         Route("/metrics", prometheus, methods=["GET"]),
         Route("/openapi.json", _openapi, methods=["GET"]),

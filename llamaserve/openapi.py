@@ -9,10 +9,13 @@ from pydantic.json_schema import models_json_schema
 
 from llamaserve.schemas import (
     AddAdapterRequest,
+    ApplyTemplateRequest,
     ChatRequest,
     CompletionRequest,
+    DetokenizeRequest,
     EmbeddingRequest,
     LoadLoraAdapterRequest,
+    TokenizeRequest,
     UnloadLoraAdapterRequest,
 )
 
@@ -53,7 +56,8 @@ def _with_name(param: str, operations: dict[str, Any]) -> dict[str, Any]:
 def openapi_schema() -> dict[str, Any]:
     _, defs = models_json_schema(
         [(m, "validation") for m in (CompletionRequest, ChatRequest, EmbeddingRequest, AddAdapterRequest,
-                                     LoadLoraAdapterRequest, UnloadLoraAdapterRequest)],
+                                     LoadLoraAdapterRequest, UnloadLoraAdapterRequest, TokenizeRequest,
+                                     DetokenizeRequest, ApplyTemplateRequest)],
         ref_template="#/components/schemas/{model}",
     )
     schemas = dict(defs.get("$defs", {}))
@@ -81,6 +85,11 @@ def openapi_schema() -> dict[str, Any]:
                                            _ADMIN_ERRORS),
             "/v1/unload_lora_adapter": _post("vLLM-compatible adapter unload", "UnloadLoraAdapterRequest",
                                              _ADMIN_ERRORS),
+            "/tokenize": _post("Tokenize content (llama.cpp server's route; `model` picks the model)",
+                               "TokenizeRequest"),
+            "/detokenize": _post("Tokens back to text (llama.cpp server's route)", "DetokenizeRequest"),
+            "/apply-template": _post("The prompt a chat template renders for messages (llama.cpp server's route)",
+                                     "ApplyTemplateRequest"),
             "/health": _get("Liveness"),
             "/metrics": _get("Prometheus metrics"),
         },

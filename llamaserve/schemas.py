@@ -131,6 +131,28 @@ class EmbeddingRequest(AdapterFields):      # adapter fields only to refuse them
     user: str | None = None
 
 
+# -- llama.cpp server's utility routes ---------------------------------------------------------
+
+
+class TokenizeRequest(_Request):
+    model: str | None = None
+    content: str
+    add_special: bool = False
+    parse_special: bool = True
+    with_pieces: bool = False
+
+
+class DetokenizeRequest(_Request):
+    model: str | None = None
+    tokens: list[StrictInt] = []
+
+
+class ApplyTemplateRequest(_Request):
+    model: str | None = None
+    messages: list[ChatMessage] = Field(min_length=1)
+    tools: list[dict[str, Any]] | None = None
+
+
 # -- admin -------------------------------------------------------------------------------------
 
 
