@@ -199,6 +199,16 @@ def test_embeddings_float_and_base64(client, embed_model_path):
     assert len(tokens) == 64 and floats.usage.prompt_tokens > 0
 
 
+def test_embedding_dimensions_are_honoured_or_refused(client):
+    full = client.embeddings.create(model="emb", input="a red apple")
+    same = client.embeddings.create(model="emb", input="a red apple", dimensions=64)
+    assert same.data[0].embedding == full.data[0].embedding
+    for bad in (32, 128):
+        with pytest.raises(openai.BadRequestError) as err:
+            client.embeddings.create(model="emb", input="a red apple", dimensions=bad)
+        assert err.value.body["param"] == "dimensions" and "64-dimensional" in err.value.body["message"]
+
+
 async def _complete(aclient, model, prompt, n=16):
     out = await aclient.completions.create(model=model, prompt=prompt, max_tokens=n, temperature=0)
     return out.choices[0].text

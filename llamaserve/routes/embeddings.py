@@ -27,6 +27,12 @@ async def embeddings(request: Request) -> Response:
         if loaded.embedder is None:
             raise APIError(400, f"model '{entry.alias}' is not an embedding model (set embedding: true)",
                            param="model")
+        size = loaded.model.n_embd_out
+        if body.dimensions is not None and body.dimensions != size:
+            # shortening is only meaningful for Matryoshka-trained models, which GGUF does not mark
+            raise APIError(400, f"model '{entry.alias}' returns {size}-dimensional embeddings and cannot "
+                                f"return {body.dimensions}; leave dimensions out or set it to {size}",
+                           param="dimensions")
         async with loaded.embed_lock:
             try:
                 result = await asyncio.to_thread(loaded.embedder.create_embedding, body.input,
