@@ -22,7 +22,7 @@ from starlette.routing import Route
 from llamaserve.errors import KNOWN_ERRORS, APIError, api_error_for
 from llamaserve.logs import configure as configure_logging
 from llamaserve.metrics import Metrics
-from llamaserve.middleware import APIKeyAuth, RequestMetrics
+from llamaserve.middleware import APIKeyAuth, RequestId, RequestMetrics
 from llamaserve.openapi import openapi_schema
 from llamaserve.registry import Registry
 from llamaserve.routes.admin import (
@@ -107,7 +107,8 @@ def create_app(config: ServerConfig) -> Starlette:
         Route("/admin/adapters", add_adapter, methods=["POST"]),
         Route("/admin/adapters/{alias:path}", remove_adapter, methods=["DELETE"]),
     ]
-    middleware = [Middleware(RequestMetrics, metrics=metrics, routes=routes), Middleware(DrainMiddleware, drain=drain)]
+    middleware = [Middleware(RequestId), Middleware(RequestMetrics, metrics=metrics, routes=routes),
+                  Middleware(DrainMiddleware, drain=drain)]
     if config.cors_origins:
         middleware.append(Middleware(CORSMiddleware, allow_origins=list(config.cors_origins),
                                      allow_methods=["GET", "POST", "DELETE", "OPTIONS"], allow_headers=["*"]))

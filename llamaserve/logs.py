@@ -13,6 +13,8 @@ from contextvars import ContextVar
 
 # alias (or aliases) of the model whose load runs in this context
 loading_model: ContextVar[str | None] = ContextVar("llamaserve_loading_model", default=None)
+# the x-request-id of the request this context serves (llamaserve.middleware.RequestId)
+request_id: ContextVar[str | None] = ContextVar("llamaserve_request_id", default=None)
 
 LLAMA_CPP_LOGGER = "llamacore.llama_cpp"
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -32,10 +34,24 @@ class ModelTag(logging.Filter):
         return True
 
 
+class RequestTag(logging.Filter):
+    """Prefixes a record logged while a request is served with ``[request <id>]``."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        rid = request_id.get()
+        if rid is not None and not getattr(record, "llamaserve_request", False):
+            record.msg = f"[request {rid}] {record.msg}"
+            record.llamaserve_request = True
+        return True
+
+
 def configure(log_level: str) -> None:
     """Log to stderr at `log_level` (``trace`` is DEBUG), llama.cpp's warnings and errors included."""
     level = "DEBUG" if log_level.lower() == "trace" else log_level.upper()
     logging.basicConfig(level=level, format=FORMAT)
+    for handler in logging.getLogger().handlers:        # every logger's records, whoever logs them
+        if not any(isinstance(f, RequestTag) for f in handler.filters):
+            handler.addFilter(RequestTag())
     llama_cpp = logging.getLogger(LLAMA_CPP_LOGGER)
     if not any(isinstance(f, ModelTag) for f in llama_cpp.filters):
         llama_cpp.addFilter(ModelTag())

@@ -1,17 +1,50 @@
-"""ASGI middleware: Bearer API-key auth (constant-time) and per-route request counting."""
+"""ASGI middleware: request ids, Bearer API-key auth (constant-time) and per-route request counting."""
 
 from __future__ import annotations
 
 import hmac
+import re
+import uuid
 from collections.abc import Sequence
 
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from llamaserve.errors import APIError
+from llamaserve.logs import request_id
 from llamaserve.metrics import Metrics
 
 OPEN_PATHS = {"/health"}
+
+
+# what a client's x-request-id may be to be echoed (anything else is replaced by a new id)
+_REQUEST_ID = re.compile(rb"[A-Za-z0-9._:/+=-]{1,128}")
+
+
+class RequestId:
+    """Every response carries ``x-request-id``: the request's own, when it sends a sane one, else a new
+    one; the server's log lines for the request carry it too (llamaserve.logs.RequestTag)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        given = dict(scope["headers"]).get(b"x-request-id", b"")
+        rid = given.decode() if _REQUEST_ID.fullmatch(given) else f"req_{uuid.uuid4().hex}"
+        token = request_id.set(rid)
+
+        async def tagged(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), (b"x-request-id", rid.encode())]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tagged)
+        finally:
+            request_id.reset(token)
 
 
 class APIKeyAuth:

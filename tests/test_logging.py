@@ -6,6 +6,8 @@ Each case runs in a child interpreter, so its stderr is exactly what a user woul
 
 from __future__ import annotations
 
+import re
+
 import httpx
 import pytest
 from gguf import GGUFValueType as VT
@@ -103,4 +105,29 @@ def test_llamaserve_logs_llama_cpp_warnings_with_the_alias(warning_model, tmp_pa
         server.stop()
     lines = [line for line in server.log_path.read_text().splitlines() if BAD_TOKEN_WARNING in line]
     assert lines, server.log()
-    assert all(" WARNING llamacore.llama_cpp: [noisy] load: " in line for line in lines), lines
+    # the load ran for a request: its id comes first
+    assert all(re.search(r" WARNING llamacore\.llama_cpp: \[request req_\w+\] \[noisy\] load: ", line) for line in lines), lines
+
+
+@pytest.mark.slow
+def test_request_ids_are_echoed_or_made_and_tag_the_requests_log_lines(tiny_model_path, tmp_path):
+    from server import ServerProcess
+
+    config = {"log_level": "info", "api_key": "k", "models": [{"alias": "m", "model": str(tiny_model_path), "n_ctx": 128}]}
+    server = ServerProcess(config, tmp_path).start()
+    auth = {"Authorization": "Bearer k"}
+    try:
+        reply = httpx.post(server.base_url + "/v1/completions", timeout=60, headers={**auth, "x-request-id": "client-7"},
+                           json={"model": "m", "prompt": "Hello", "max_tokens": 2})
+        assert reply.status_code == 200 and reply.headers["x-request-id"] == "client-7"
+        made = {httpx.get(server.base_url + "/v1/models", headers=auth).headers["x-request-id"] for _ in range(3)}
+        assert len(made) == 3 and all(rid.startswith("req_") for rid in made)
+        for bad in ("has spaces", "x" * 200, "new\u00e9line"):
+            got = httpx.get(server.base_url + "/v1/models", headers={**auth, "x-request-id": bad.encode()})
+            assert got.headers["x-request-id"].startswith("req_")
+        refused = httpx.get(server.base_url + "/v1/models", headers={"x-request-id": "no-key"})
+        assert refused.status_code == 401 and refused.headers["x-request-id"] == "no-key"
+    finally:
+        server.stop()
+    loaded = [line for line in server.log_path.read_text().splitlines() if "loaded m in" in line]
+    assert loaded and all("[request client-7] loaded m in" in line for line in loaded), server.log()
