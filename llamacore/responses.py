@@ -279,6 +279,10 @@ def assistant_message(text: str, finish: FinishReason | None,
             message: ChatCompletionResponseMessage = {"role": "assistant", "content": content,
                                                       "tool_calls": calls}  # type: ignore[typeddict-item]
             return message, FinishReason.TOOL_CALLS
+        if finish is FinishReason.LENGTH:       # cut inside a call: its partial arguments, never markup
+            content, calls = tool_calls.parse_partial(text, tool_style)
+            if calls:
+                return {"role": "assistant", "content": content, "tool_calls": calls}, finish  # type: ignore[typeddict-item]
     return {"role": "assistant", "content": text}, finish
 
 

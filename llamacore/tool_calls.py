@@ -86,6 +86,33 @@ def _decode_objects(text: str) -> list[dict[str, Any]]:
     return found
 
 
+_NAME = re.compile(r'"name"\s*:\s*"((?:[^"\\]|\\.)*)"')
+_ARGS = re.compile(r'"(?:arguments|parameters)"\s*:\s*')
+
+
+def parse_partial(text: str, style: str | None = None) -> tuple[str | None, list[dict[str, Any]]]:
+    """A call cut short (by max_tokens): (content before it, one call with the name and the argument
+    text generated so far), as OpenAI answers with finish_reason "length"; no call begun -> (text, [])."""
+    starts = [i for i in (text.find("<tool_call>"), text.find("[TOOL_CALLS]")) if i >= 0]
+    marker = {HERMES: "<tool_call>", MISTRAL: "[TOOL_CALLS]"}.get(style or HERMES, "")
+    starts += [len(text) - k for k in range(3, len(marker)) if text.endswith(marker[:k])]  # cut inside it
+    if starts:
+        head, body = text[:min(starts)], text[min(starts):]
+    elif style == LLAMA3 or text.lstrip().startswith(("{", "<|python_tag|>")):
+        stripped = text.replace("<|python_tag|>", "").lstrip()
+        if not stripped.startswith("{"):
+            return text, []
+        head, body = "", stripped
+    else:
+        return text, []
+    name = _NAME.search(body)
+    args = _ARGS.search(body)
+    call = {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
+            "function": {"name": json.loads(f'"{name.group(1)}"') if name else "",
+                         "arguments": body[args.end():] if args else ""}}
+    return (head.strip() or None), [call]
+
+
 def parse(text: str, style: str | None = None) -> tuple[str | None, list[dict[str, Any]]]:
     """Split model output into (remaining content, OpenAI `tool_calls`); no calls -> (text, [])."""
     content, calls = text, []

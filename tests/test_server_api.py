@@ -183,6 +183,25 @@ def test_streamed_tool_call(client):
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
 
 
+@pytest.mark.parametrize("max_tokens", [2, 12])
+def test_tool_call_cut_by_max_tokens_is_a_partial_call(client, max_tokens):
+    """finish_reason length, the name and argument text so far in tool_calls, no markup in content."""
+    kw = dict(model="base", messages=[{"role": "user", "content": "Weather?"}], tools=[WEATHER],
+              tool_choice="required", max_tokens=max_tokens, temperature=0)
+    out = client.chat.completions.create(**kw)
+    full = client.chat.completions.create(**{**kw, "max_tokens": 200}).choices[0].message.tool_calls[0]
+    choice = out.choices[0]
+    assert choice.finish_reason == "length"
+    assert choice.message.content is None
+    call = choice.message.tool_calls[0]
+    assert full.function.name.startswith(call.function.name) and full.function.arguments.startswith(call.function.arguments)
+    chunks = list(client.chat.completions.create(**kw, stream=True))
+    deltas = [tc for c in chunks for tc in (c.choices[0].delta.tool_calls or [])]
+    assert [d.function.arguments for d in deltas] == [call.function.arguments]
+    assert not any(c.choices[0].delta.content for c in chunks)
+    assert chunks[-1].choices[0].finish_reason == "length"
+
+
 def test_embeddings_float_and_base64(client, embed_model_path):
     texts = ["a red apple", "the stock market", "a green pear"]
     floats = client.embeddings.create(model="emb", input=texts)

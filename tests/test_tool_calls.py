@@ -55,3 +55,21 @@ def test_conflicting_definitions_are_refused():
         "type": "object", "$defs": {"address": {"type": "string"}}}}}
     with pytest.raises(ValueError, match="address"):
         tool_calls.forcing_grammar([ADDRESS_TOOL, other], "hermes")
+
+
+@pytest.mark.parametrize("text, style, content, name, args", [
+    ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Par', "hermes", None, "get_weather", '{"city": "Par'),
+    ("<tool_ca", "hermes", None, "", ""),
+    ("Sure. <tool_call>\n{\"na", "hermes", "Sure.", "", ""),
+    ('[TOOL_CALLS][{"name": "f", "arguments": {"a": [1', "mistral", None, "f", '{"a": [1'),
+    ('{"name": "f", "parameters": {"a": 1', "llama3", None, "f", '{"a": 1'),
+])
+def test_partial_call_keeps_name_and_arguments_so_far(text, style, content, name, args):
+    got_content, calls = tool_calls.parse_partial(text, style)
+    assert got_content == content
+    assert [(c["function"]["name"], c["function"]["arguments"]) for c in calls] == [(name, args)]
+
+
+@pytest.mark.parametrize("text", ["plain text cut", "x <", "the <b"])
+def test_text_without_a_call_is_not_a_partial_call(text):
+    assert tool_calls.parse_partial(text, "hermes") == (text, [])
