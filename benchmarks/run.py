@@ -6,8 +6,9 @@ tools built from the same vendored tree; llama-cpp-python where installed) and w
 ``<out>/<date>-<machine>.json`` with ``.md`` and ``.png`` files next to it (``-quick`` is appended
 in quick mode). A case that fails is recorded with its error and the others still run.
 
-With ``--only`` and ``--merge``, the selected cases are rerun into the existing report of the
-same name (the other cases are kept, with a note saying which cases ran at which commit).
+With ``--only`` and ``--merge``, the selected cases are rerun into this machine's latest report
+(today's, else its most recent; the other cases are kept, with a note saying which cases ran at
+which commit), written under today's name.
 
 Usage: python -m benchmarks [--quick] [--only case,case [--merge]] [--out DIR] [--threads N]
 """
@@ -177,12 +178,22 @@ def merged(base: dict, rerun: dict) -> dict:
     return out
 
 
+def latest_report(folder: Path, stem: str) -> Path | None:
+    """The report --merge builds on: today's of this machine, else its most recent one."""
+    today = folder / f"{stem}.json"
+    if today.exists():
+        return today
+    machine_id = stem.split("-", 3)[3]                     # <yyyy>-<mm>-<dd>-<machine id>[-quick]
+    found = sorted(p for p in folder.glob(f"????-??-??-{machine_id}.json") if p.stem.endswith(machine_id))
+    return found[-1] if found else None
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small models, single rounds (under 5 minutes)")
     ap.add_argument("--only", help=f"comma-separated cases out of: {', '.join(CASES)}")
     ap.add_argument("--merge", action="store_true",
-                    help="with --only: replace those cases in the existing report of the same name, keep the rest")
+                    help="with --only: replace those cases in this machine's latest report, keep the rest")
     ap.add_argument("--out", type=Path, default=RESULTS, help="where the JSON, report and plots go")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     args = ap.parse_args(argv)
@@ -227,8 +238,8 @@ def main(argv: list[str] | None = None) -> int:
     results["seconds"] = round(time.time() - started, 1)
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"{stem}.json"
-    if args.merge and path.exists():
-        results = merged(json.loads(path.read_text()), results)
+    if args.merge and (base := latest_report(args.out, stem)) is not None:
+        results = merged(json.loads(base.read_text()), results)
     path.write_text(json.dumps(results, indent=1, default=str))
     md = report.write(results, path)
     if not args.quick and (not args.only or args.merge) and args.out.resolve() == RESULTS:
