@@ -240,13 +240,15 @@ def starter_config(scan: ModelsDirScan, folder: Path, output: Path) -> str:
 
     text = STARTER.format(output=output, first=scan.models[0][0])
     used: set[str] = set()
-    for alias, path, _ in scan.models:
+    for alias, path, arch in scan.models:
         name, n = alias, 1
         while name in used:   # x.gguf next to x-00001-of-00002.gguf
             n += 1
             name = f"{alias}-{n}"
         used.add(name)
         text += f"  - alias: {json.dumps(name)}\n    model: {rel(path)}\n"
+        if path in scan.embedders:
+            text += f"    embedding: true   # {arch} embedding model: serves /v1/embeddings\n"
         if len(used) == 1:
             text += '    # aliases: ["gpt-4o-mini"]   # more names clients may send\n'
     if scan.adapters:

@@ -144,8 +144,9 @@ def parse_config(data: dict, source: Path | None, base_dir: Path) -> ServerConfi
         problems.add("models_dir", f"not a directory: {models_dir}")
     elif models_dir is not None:
         taken = {name for e in found if e for name in e[1].names()}
-        found += [_entry(f"models_dir[{path.name}]", {**defaults, "alias": alias, "model": str(path)},
-                           base_dir, problems) for alias, path in discover(models_dir) if alias not in taken]
+        found += [_entry(f"models_dir[{path.name}]",
+                         {**defaults, "alias": alias, "model": str(path), **({"embedding": True} if embedder else {})},
+                         base_dir, problems) for alias, path, embedder in discover(models_dir) if alias not in taken]
     entries = [e for e in found if e]
     _check_names(entries, settings.get("default_model"), problems)
     check_adapter_names(entries, problems)

@@ -27,6 +27,7 @@ class ModelsDirScan:
     models: tuple[tuple[str, Path, str | None], ...]   # (alias, file, architecture)
     adapters: tuple[tuple[Path, str | None], ...]      # (file, architecture)
     unreadable: tuple[tuple[Path, str], ...]        # (file, reason)
+    embedders: frozenset[Path] = frozenset()            # the models that are embedding models
 
 
 def scan_models_dir(directory: Path) -> ModelsDirScan:
@@ -50,7 +51,28 @@ def scan_models_dir(directory: Path) -> ModelsDirScan:
         elif not (path.name.lower().startswith("mmproj") or header.type == "mmproj"
                   or header.architecture == "clip"):
             models.append((split["stem"] if split else path.stem, path, header.architecture))
-    return ModelsDirScan(tuple(models), tuple(adapters), tuple(unreadable))
+    embedders = frozenset(path for _, path, arch in models if is_embedding_model(path, arch))
+    return ModelsDirScan(tuple(models), tuple(adapters), tuple(unreadable), embedders)
+
+
+# encoder architectures llama.cpp only runs for embeddings (or reranking)
+EMBEDDING_ARCHITECTURES = frozenset({"bert", "nomic-bert", "nomic-bert-moe", "jina-bert-v2", "jina-bert-v3",
+                                     "modern-bert", "neo-bert", "gemma-embedding"})
+
+
+def is_embedding_model(path: Path, architecture: str | None) -> bool:
+    """An encoder of the BERT family, or a model whose metadata sets a pooling type (embedders
+    converted from decoder models, such as Qwen3-Embedding, carry ``<arch>.pooling_type``)."""
+    if architecture is None:
+        return False
+    if architecture in EMBEDDING_ARCHITECTURES:
+        return True
+    try:
+        pooling = read_header(path, {"general.architecture", f"{architecture}.pooling_type"}).metadata.get(
+            f"{architecture}.pooling_type")
+    except (OSError, ValueError):
+        return False
+    return isinstance(pooling, int) and pooling > 0
 
 
 def cached_header(path: Path) -> GGUFHeader:
@@ -64,9 +86,10 @@ def _read_header(path: str, mtime_ns: int, size: int) -> GGUFHeader:
     return read_header(path)
 
 
-def discover(models_dir: Path) -> list[tuple[str, Path]]:
-    """(alias, file) of every model in `models_dir`; unreadable files are logged and skipped."""
+def discover(models_dir: Path) -> list[tuple[str, Path, bool]]:
+    """(alias, file, is an embedding model) of every model in `models_dir`; unreadable files are
+    logged and skipped."""
     scan = scan_models_dir(models_dir)
     for path, reason in scan.unreadable:
         log.warning("models_dir: skipping %s: %s", path, reason)
-    return [(alias, path) for alias, path, _ in scan.models]
+    return [(alias, path, path in scan.embedders) for alias, path, _ in scan.models]

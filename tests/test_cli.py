@@ -225,3 +225,24 @@ def test_argparse_errors_exit_2(capsys):
     with pytest.raises(SystemExit) as info:
         main(["--port", "abc"])
     assert info.value.code == 2 and "invalid int value" in capsys.readouterr().err
+
+
+def test_init_config_and_models_dir_mark_embedding_models(tiny_model_path, minilm_path, tmp_path):
+    """A BERT-family encoder, or a model whose metadata sets a pooling type, is `embedding: true`."""
+    from gguf import GGUFValueType as VT
+    from gguf_files import Layout, encode_kv
+
+    folder = tmp_path / "m"
+    folder.mkdir()
+    place(tiny_model_path, folder / "chat.gguf")
+    place(minilm_path, folder / "minilm.gguf")
+    (folder / "pooled.gguf").write_bytes(Layout(tiny_model_path).rebuild(
+        extra=[encode_kv("llama.pooling_type", VT.UINT32, 1)]))
+    proc = run_cli("init-config", folder)
+    assert proc.returncode == 0, proc.stderr
+    text = (folder / "llamaserve.yaml").read_text()
+    assert "bert embedding model" in text and "llama embedding model" in text
+    flags = {m.alias: bool(m.load.get("embedding")) for m in load_config(folder / "llamaserve.yaml").models}
+    assert flags == {"chat": False, "minilm": True, "pooled": True}
+    (tmp_path / "dir.yaml").write_text(f"models_dir: {folder}\n")
+    assert {m.alias: bool(m.load.get("embedding")) for m in load_config(tmp_path / "dir.yaml").models} == flags
