@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from llamacore.gguf_header import GGUFHeader, read_header
+from llamacore.gguf_header import DEFAULT_KEYS, GGUFHeader, read_header
 
 log = logging.getLogger("llamaserve.config")
 
@@ -68,22 +68,22 @@ def is_embedding_model(path: Path, architecture: str | None) -> bool:
     if architecture in EMBEDDING_ARCHITECTURES:
         return True
     try:
-        pooling = read_header(path, {"general.architecture", f"{architecture}.pooling_type"}).metadata.get(
-            f"{architecture}.pooling_type")
+        key = f"{architecture}.pooling_type"
+        pooling = cached_header(path, DEFAULT_KEYS | {key}).metadata.get(key)
     except (OSError, ValueError):
         return False
     return isinstance(pooling, int) and pooling > 0
 
 
-def cached_header(path: Path) -> GGUFHeader:
-    """The header of `path`, read once per (path, mtime, size)."""
+def cached_header(path: Path, keys: frozenset[str] = DEFAULT_KEYS) -> GGUFHeader:
+    """The header of `path` (with `keys`), read once per (path, mtime, size, keys)."""
     stat = path.stat()
-    return _read_header(str(path), stat.st_mtime_ns, stat.st_size)
+    return _read_header(str(path), stat.st_mtime_ns, stat.st_size, keys)
 
 
 @lru_cache(maxsize=256)
-def _read_header(path: str, mtime_ns: int, size: int) -> GGUFHeader:
-    return read_header(path)
+def _read_header(path: str, mtime_ns: int, size: int, keys: frozenset[str]) -> GGUFHeader:
+    return read_header(path, keys)
 
 
 def discover(models_dir: Path) -> list[tuple[str, Path, bool]]:

@@ -259,7 +259,7 @@ class Scheduler:
             budget -= len(take) + len(draft)
         # in the batch, rows on one adapter are neighbours: llama.cpp computes an adapter's
         # products from its first row to its last (stable: generating rows stay ahead within one)
-        rows.sort(key=lambda r: tuple(path for path, _ in r.slot.adapters))
+        rows.sort(key=lambda r: r.slot.adapters)           # (path, scale) pairs: an adapter's rows stay together
         return StepPlan(rows)
 
     def _draft(self, slot: Slot, take: list[int], room: int) -> list[int]:
