@@ -260,7 +260,8 @@ def _entry(label: str, raw: dict, base_dir: Path, problems: Problems) -> tuple[s
         idle_unload=raw.get("idle_unload"), parallel=raw.get("parallel"), max_queue=raw.get("max_queue"),
         kv_unified=raw.get("kv_unified"), share_prefixes=raw.get("share_prefixes"),
         speculative=raw.get("speculative"),
-        json_whitespace=raw.get("json_whitespace"),
+        json_whitespace=raw.get("json_whitespace"), isolation=raw.get("isolation"),
+        step_timeout=raw.get("step_timeout"), max_rss=raw.get("max_rss"),
     )
     return label, entry
 

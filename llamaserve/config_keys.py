@@ -22,6 +22,7 @@ from llamacore.options import (
     SPLIT_MODES,
 )
 
+ISOLATION_MODES = ("thread", "process")
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*(?:([kmgtp])(i)?)?(b)?\s*$", re.IGNORECASE)
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*(s|m|h)?\s*$", re.IGNORECASE)
@@ -252,7 +253,9 @@ ENTRY_KEYS: dict[str, Check] = {
     "idle_unload": _optional(_via(parse_duration)), "parallel": _optional(_int(1)),
     "max_queue": _optional(_int(0)), "lora_steps_per_turn": _optional(_int(1)),
     "kv_unified": _optional(_bool), "share_prefixes": _optional(_bool), "speculative": _optional(_speculative),
-    "json_whitespace": _optional(_choice(tuple(WHITESPACE))), **LOAD_KEYS,
+    "json_whitespace": _optional(_choice(tuple(WHITESPACE))),
+    "isolation": _optional(_choice(ISOLATION_MODES)), "step_timeout": _optional(_via(parse_duration, positive=True)),
+    "max_rss": _optional(_via(parse_size, positive=True)), **LOAD_KEYS,
 }
 NAME_KEYS = ("alias", "model_alias", "aliases")
 ADAPTER_ITEM_KEYS = ("path", "name")     # the keys of one mapping in an entry's adapters list

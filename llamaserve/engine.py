@@ -70,6 +70,8 @@ class Engine:
         self._retired: set[str] = set()      # adapters to free once no request uses them
         self._seq_adapters: dict[int, AdapterKey] = {}   # the adapter set given to each sequence
         self._thread: threading.Thread | None = None
+        # called on the worker thread after each step (a worker process sends that step's events then)
+        self.on_step: Callable[[], None] | None = None
 
     def start(self) -> Engine:
         """Start the worker thread (once); returns the engine."""
@@ -98,6 +100,11 @@ class Engine:
         m = self.model
         kv = 2 * m.n_layer * self.ctx.n_ctx * (m.n_embd // max(m.n_head, 1)) * m.n_head_kv * 2
         return m.size + kv
+
+    def speculative_counts(self) -> tuple[int, int] | None:
+        """(draft tokens decoded, drafts accepted) since the model loaded; None without speculative decoding."""
+        s = self.scheduler
+        return None if s.drafter is None else (s.drafted, s.accepted)
 
     def submit(self, req: GenRequest) -> None:
         for path, _ in req.adapters:
@@ -195,6 +202,8 @@ class Engine:
                     self._step(plan, batch)
             except Exception as exc:
                 self._fail_running(exc)
+            if self.on_step is not None:
+                self.on_step()
 
     def _accept(self, arrived: list[GenRequest]) -> None:
         """Build each new request's sampler (a grammar compiles here) and queue it for a slot."""

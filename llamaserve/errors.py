@@ -7,6 +7,8 @@ surfaces in a route, in a streamed response or in the application's last-resort 
 
 from __future__ import annotations
 
+import math
+
 from starlette.responses import JSONResponse
 
 TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
@@ -35,6 +37,22 @@ class QueueFullError(Exception):
 
 class EngineClosedError(Exception):
     """The model was unloaded while the request waited or ran."""
+
+
+class WorkerCrashedError(RuntimeError):
+    """A model's worker process died (crash, kill, watchdog, max_rss); the model reloads on the next request."""
+
+    def __init__(self, message: str, cause: str = "exit") -> None:
+        super().__init__(message)
+        self.cause = cause      # llamaserve.worker_process.CAUSES
+
+
+class ModelFailedError(RuntimeError):
+    """A model crashed repeatedly and waits out its backoff before the next load."""
+
+    def __init__(self, message: str, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class UnknownModelError(LookupError):
@@ -78,7 +96,8 @@ class RegistryWriteError(RuntimeError):
 
 # Raised by the registry and engines; the application answers each with `api_error_for`.
 KNOWN_ERRORS = (QueueFullError, EngineClosedError, CapacityError, UnknownModelError, ModelLoadError,
-                UnsafePathError, NameConflictError, AdapterUnavailableError, RegistryWriteError)
+                UnsafePathError, NameConflictError, AdapterUnavailableError, RegistryWriteError,
+                WorkerCrashedError, ModelFailedError)
 
 
 def api_error_for(exc: BaseException, *, param: str | None = None) -> APIError:
@@ -89,6 +108,11 @@ def api_error_for(exc: BaseException, *, param: str | None = None) -> APIError:
         return APIError(503, f"{exc}; retry later", headers={"Retry-After": "1"})
     if isinstance(exc, EngineClosedError):
         return APIError(503, str(exc), headers={"Retry-After": "1"})
+    if isinstance(exc, WorkerCrashedError):
+        return APIError(503, f"{exc}; retry shortly", code="model_crashed", headers={"Retry-After": "1"})
+    if isinstance(exc, ModelFailedError):
+        return APIError(503, str(exc), code="model_failed",
+                        headers={"Retry-After": str(max(1, math.ceil(exc.retry_after)))})
     if isinstance(exc, CapacityError):
         return APIError(503, str(exc), headers={"Retry-After": "2"})
     if isinstance(exc, UnknownModelError):

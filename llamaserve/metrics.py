@@ -43,6 +43,11 @@ class Metrics:
                                   "Draft tokens decoded by speculative decoding, per loaded model", ["model"], registry=r)
         self.draft_accepted = Gauge("llamaserve_speculative_accepted_tokens",
                                     "Draft tokens accepted (acceptance rate = accepted / draft)", ["model"], registry=r)
+        self.worker_crashes = Counter("llamaserve_worker_crashes",
+                                      "Model worker processes that died, by cause (max_rss, hung, killed, signal, exit)",
+                                      ["model", "cause"], registry=r)
+        self.worker_restarts = Counter("llamaserve_worker_restarts", "Model worker processes started again after a crash",
+                                       ["model"], registry=r)
         self.cancelled = Counter("llamaserve_cancelled_requests", "Generations stopped by client disconnect",
                                  registry=r)
 

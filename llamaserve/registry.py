@@ -25,15 +25,17 @@ from typing import Any
 
 from llamacore import Llama, Model
 from llamacore.chat_format import resolve_template
-from llamacore.options import CONTEXT_KEYS, MODEL_KEYS
 from llamaserve.adapters import Adapter, BaseAdapters, still_inside
+from llamaserve.crashes import CrashRecord
 from llamaserve.engine import Engine
-from llamaserve.errors import CapacityError, ModelLoadError, UnknownModelError
+from llamaserve.errors import CapacityError, ModelFailedError, ModelLoadError, UnknownModelError, WorkerCrashedError
 from llamaserve.logs import loading_model
 from llamaserve.metrics import Metrics
 from llamaserve.runtime_adapters import RuntimeAdapters
 from llamaserve.settings import ModelEntry, ServerConfig
-from llamaserve.speculative import PromptLookup
+from llamaserve.engines import build_embedder, build_engine
+from llamaserve.worker_engine import WorkerEmbedder, WorkerEngine
+from llamaserve.worker_process import WorkerProcess
 
 log = logging.getLogger("llamaserve.registry")
 
@@ -44,8 +46,8 @@ class Loaded:
 
     key: tuple
     entries: list[ModelEntry]
-    engine: Engine | None = None          # generation models
-    embedder: Llama | None = None         # embedding models (one request at a time, in a thread)
+    engine: Engine | WorkerEngine | None = None      # generation models
+    embedder: Llama | WorkerEmbedder | None = None   # embedding models (one request at a time, in a thread)
     embed_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     in_use: int = 0
     last_used: float = field(default_factory=time.monotonic)
@@ -59,8 +61,18 @@ class Loaded:
         assert self.embedder is not None, "an unloaded base has no model"
         return self.embedder.model
 
+    @property
+    def worker(self) -> WorkerProcess | None:
+        """The worker process serving this base (isolation: process), else None."""
+        for part in (self.engine, self.embedder):
+            if isinstance(part, WorkerProcess):
+                return part
+        return None
+
     def memory_bytes(self) -> int:
-        return self.engine.memory_bytes() if self.engine is not None else self.model.size
+        if self.engine is not None:
+            return self.engine.memory_bytes()
+        return self.embedder.memory_bytes() if isinstance(self.embedder, WorkerEmbedder) else self.model.size
 
     def chat_template(self, entry: ModelEntry) -> str:
         if entry.alias not in self.templates:
@@ -74,6 +86,8 @@ class Loaded:
     def close(self) -> None:
         if self.engine is not None:
             self.engine.close()
+        if isinstance(self.embedder, WorkerEmbedder):
+            self.embedder.close()
         self.engine = None
         self.embedder = None
         gc.collect()                 # the model, context and adapters are freed with their last reference
@@ -98,6 +112,10 @@ class Registry:
         self._loading = asyncio.Lock()        # one load at a time, so limits hold across models
         self._changed = asyncio.Condition()
         self._idle_task: asyncio.Task | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closing = False
+        self.crashes: dict[tuple, CrashRecord] = {}       # per base: its worker processes' crashes
+        self._restarts: set[asyncio.Task] = set()
         bases: dict[tuple, list[ModelEntry]] = {}
         for e in config.models:
             bases.setdefault(e.base_key(), []).append(e)
@@ -209,6 +227,12 @@ class Registry:
         async with lock:
             if key in self.loaded:
                 return self.loaded[key]
+            record = self.crashes.get(key)
+            wait = record.retry_after() if record is not None else None
+            if record is not None and wait is not None:
+                raise ModelFailedError(
+                    f"model '{entry.alias}' is failed after {record.crashes} crashes (last: its worker process "
+                    f"{record.last_reason}); the next load is in {wait:.0f} s", wait)
             async with self._loading:
                 return await self._load_locked(entry, key)
 
@@ -220,9 +244,12 @@ class Registry:
         plan = [(path, path in configured) for path in sorted(catalog.needed_paths())]
         started = time.monotonic()
         outcomes: list[tuple[str, float | None, str | None]] = []
+        self._loop = asyncio.get_running_loop()
         try:
             loaded = await asyncio.to_thread(self._load_blocking, key, siblings, plan, outcomes)
         except Exception as exc:
+            if isinstance(exc, WorkerCrashedError):       # the worker died while loading
+                self._record_crash(key, str(exc), exc.cause)
             self.metrics.load_failures.labels(entry.alias).inc()
             log.error("loading %s failed: %s", entry.alias, exc)
             raise ModelLoadError(f"model '{entry.alias}' failed to load: {exc}") from exc
@@ -231,8 +258,46 @@ class Registry:
         self.metrics.loads.labels(entry.alias).inc()
         self.metrics.loaded_models.set(len(self.loaded))
         self._record_adapter_loads(key, loaded, outcomes, configured)
+        record = self.crashes.get(key)
+        if record is not None and record.pending_restart:
+            record.pending_restart = False
+            record.restarts += 1
+            self.metrics.worker_restarts.labels(self.base_alias(key)).inc()
         log.info("loaded %s in %.2fs", entry.alias, loaded.load_seconds)
         return loaded
+
+    # -- worker crashes ----------------------------------------------------------------------
+
+    def _record_crash(self, key: tuple, reason: str, cause: str) -> CrashRecord:
+        record = self.crashes.setdefault(key, CrashRecord())
+        record.crashed(reason, cause)
+        record.pending_restart = True
+        self.metrics.worker_crashes.labels(self.base_alias(key), cause).inc()
+        return record
+
+    def _worker_crashed(self, loaded: Loaded, worker: WorkerProcess) -> None:
+        """A loaded base's worker died (its requests have failed): forget it and load it again
+        at once, unless it is failed (crashed too often), in which case requests get 503s."""
+        record = self._record_crash(loaded.key, worker.crash_reason or "stopped", worker.crash_cause or "exit")
+        if self.loaded.get(loaded.key) is not loaded:
+            return
+        del self.loaded[loaded.key]
+        self.metrics.unloads.labels(loaded.entries[0].alias, "crashed").inc()
+        self.metrics.loaded_models.set(len(self.loaded))
+        asyncio.get_running_loop().run_in_executor(None, loaded.close)    # joins the worker's threads
+        if record.retry_after() is None and not self._closing:
+            task = asyncio.get_running_loop().create_task(self._restart(loaded.entries[0]))
+            self._restarts.add(task)
+            task.add_done_callback(self._restarts.discard)
+        else:
+            log.error("model %s is failed after %d crashes; next load in %.0f s", self.base_alias(loaded.key),
+                      record.crashes, record.retry_after() or 0)
+
+    async def _restart(self, entry: ModelEntry) -> None:
+        try:
+            await self.load(entry)
+        except Exception as exc:        # the load's own error is logged and counted there
+            log.error("restarting %s failed: %s", entry.alias, exc)
 
     def _record_adapter_loads(self, key: tuple, loaded: Loaded, outcomes: list[tuple[str, float | None, str | None]],
                               configured: set[str]) -> None:
@@ -262,25 +327,18 @@ class Registry:
         """
         entry = siblings[0]
         loading_model.set(", ".join(e.alias for e in siblings))   # this thread's copy of the context
-        params: dict[str, Any] = dict(entry.load)
         loaded = Loaded(key=key, entries=siblings)
-        if params.pop("embedding", False):
-            # every load key but seed (config rejects it for embedding entries) is a Llama keyword
-            loaded.embedder = Llama(entry.model, embedding=True, **params)
+        label = self.base_alias(key)
+        loop = self._loop
+
+        def on_crash(worker: WorkerProcess) -> None:      # on the worker's reader thread
+            if loop is not None:
+                loop.call_soon_threadsafe(self._worker_crashed, loaded, worker)
+
+        if entry.load.get("embedding", False):
+            loaded.embedder = build_embedder(entry, self.config, label, on_crash)
             return loaded
-        engine = Engine(
-            os.fspath(entry.model), [],
-            parallel=_either(entry.parallel, self.config.parallel),
-            max_queue=_either(entry.max_queue, self.config.max_queue),
-            kv_unified=_either(entry.kv_unified, self.config.kv_unified),
-            share_prefixes=_either(entry.share_prefixes, self.config.share_prefixes),
-            speculative=PromptLookup(entry.speculative["n_draft"], entry.speculative["ngram_size"])
-            if entry.speculative else None,
-            n_ctx=params.get("n_ctx", 2048),
-            seed=params.get("seed"),     # config rejects pooling_type for generation entries
-            model_kwargs={k: v for k, v in params.items() if k in MODEL_KEYS},
-            context_kwargs={k: v for k, v in params.items() if k in CONTEXT_KEYS},
-        )
+        engine = build_engine(entry, self.config, label, on_crash)
         outcomes = [] if outcomes is None else outcomes
         try:
             for path, configured in plan or []:
@@ -357,12 +415,10 @@ class Registry:
         self._idle_task = asyncio.get_running_loop().create_task(loop())
 
     async def close(self) -> None:
+        self._closing = True
         if self._idle_task is not None:
             self._idle_task.cancel()
+        for task in list(self._restarts):
+            task.cancel()
         for loaded in list(self.loaded.values()):
             await self.unload(loaded, reason="shutdown")
-
-
-def _either(own: Any, default: Any) -> Any:
-    """A model entry's own setting, or the server-wide one when the entry leaves it unset."""
-    return default if own is None else own

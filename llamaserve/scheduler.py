@@ -60,9 +60,13 @@ class GenRequest:
     n_logprobs: int | None = None
     ignore_eos: bool = False
     cancelled: bool = False
+    on_cancel: Callable[[], None] | None = None      # tells a worker process (llamaserve.worker_engine)
 
     def cancel(self) -> None:
-        self.cancelled = True
+        if not self.cancelled:
+            self.cancelled = True
+            if self.on_cancel is not None:
+                self.on_cancel()
 
 
 class SlotState(enum.Enum):

@@ -38,6 +38,9 @@ class ModelEntry:
     share_prefixes: bool | None = None
     speculative: Mapping[str, int] | None = field(default=None, hash=False)   # prompt lookup: n_draft, ngram_size
     json_whitespace: str | None = None      # whitespace in structured output (json_grammar.WHITESPACE)
+    isolation: str | None = None            # "thread" (in the server process) or "process" (a worker each)
+    step_timeout: float | None = None       # process isolation: seconds without progress before a kill
+    max_rss: int | None = None              # process isolation: the worker's memory limit in bytes
 
     def names(self) -> tuple[str, ...]:
         return (self.alias, *self.aliases)
@@ -48,7 +51,7 @@ class ModelEntry:
 
     def base_key(self) -> tuple:
         """Entries with equal keys share one loaded base model (and hot-swap their adapters)."""
-        return str(self.model), _hashable(self.load)
+        return str(self.model), _hashable(self.load), self.isolation, self.step_timeout, self.max_rss
 
 
 @dataclass(frozen=True)

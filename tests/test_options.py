@@ -148,7 +148,7 @@ def test_kind_keys_are_kept_where_they_apply(model_file):
 
 
 def test_registry_passes_the_seed_to_the_engine(model_file, monkeypatch):
-    from llamaserve import registry
+    from llamaserve import engines, registry
     from llamaserve.metrics import Metrics
 
     made: list[tuple[tuple, dict]] = []
@@ -159,8 +159,9 @@ def test_registry_passes_the_seed_to_the_engine(model_file, monkeypatch):
         def start(self):
             return self
 
-    monkeypatch.setattr(registry, "Engine", FakeEngine)
-    config = parse(model_file, {"seed": 42, "n_batch": 64, "use_mmap": False}, {"alias": "other"})
+    monkeypatch.setattr(engines, "Engine", FakeEngine)
+    config = parse(model_file, {"seed": 42, "n_batch": 64, "use_mmap": False, "isolation": "thread"},
+                   {"alias": "other", "isolation": "thread"})
     reg = registry.Registry(config, Metrics())
     for entry in config.models:
         reg._load_blocking(entry.base_key(), [entry])

@@ -14,6 +14,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from llamaserve.adapters import Adapter
+from llamaserve.crashes import CrashRecord
+from llamaserve.engines import isolation
 from llamaserve.errors import APIError, NameConflictError, UnknownModelError, api_error_for
 from llamaserve.registry import Registry
 from llamaserve.routes.requests import parse_body
@@ -37,10 +39,19 @@ async def admin_models(request: Request) -> Response:
     out = []
     for entry in registry.entries():
         loaded = registry.state(entry)
+        record = registry.crashes.get(entry.base_key())
+        retry_after = record.retry_after() if record is not None else None
         item: dict[str, Any] = {"alias": entry.alias, "aliases": list(entry.aliases), "model": str(entry.model),
                                 "lora_adapters": {str(p): s for p, s in entry.lora_adapters},
                                 "runtime": entry.alias in registry.runtime.aliases,
-                                "state": "loaded" if loaded else "unloaded"}
+                                "state": "loaded" if loaded else "failed" if retry_after else "unloaded",
+                                "isolation": isolation(entry),
+                                **(record.as_dict() if record is not None else CrashRecord().as_dict())}
+        if retry_after:
+            item["retry_after"] = round(retry_after, 3)
+        worker = loaded.worker if loaded else None
+        if worker is not None:
+            item["worker"] = {"pid": worker.pid, "rss_bytes": worker.rss}
         if loaded:
             item.update({
                 "memory_bytes": loaded.memory_bytes(), "load_seconds": round(loaded.load_seconds, 3),

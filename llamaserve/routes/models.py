@@ -79,8 +79,9 @@ async def prometheus(request: Request) -> Response:
     state.metrics.active_sequences.set(sum(e.active for e in engines))
     state.metrics.queue_depth.set(sum(e.queued for e in engines))
     for loaded in state.registry.loaded.values():
-        if loaded.engine is not None and loaded.engine.scheduler.drafter is not None:
+        counts = loaded.engine.speculative_counts() if loaded.engine is not None else None
+        if counts is not None:
             model = loaded.entries[0].alias
-            state.metrics.draft_tokens.labels(model).set(loaded.engine.scheduler.drafted)
-            state.metrics.draft_accepted.labels(model).set(loaded.engine.scheduler.accepted)
+            state.metrics.draft_tokens.labels(model).set(counts[0])
+            state.metrics.draft_accepted.labels(model).set(counts[1])
     return Response(state.metrics.render(), media_type="text/plain; version=0.0.4")

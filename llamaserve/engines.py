@@ -1,0 +1,73 @@
+"""Building what serves a base model: an Engine in this process, or one in a worker process.
+
+`isolation: thread` runs the engine on a thread of the server process (what `Llama` means in
+a script); `isolation: process` runs it in a worker process of its own (llamaserve.worker), so a
+crash, hang or leak of that model ends only that process. Both have the same interface.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from llamacore import Llama
+from llamacore.options import CONTEXT_KEYS, MODEL_KEYS
+from llamaserve.engine import Engine
+from llamaserve.settings import ModelEntry, ServerConfig
+from llamaserve.speculative import PromptLookup
+from llamaserve.worker_engine import WorkerEmbedder, WorkerEngine
+from llamaserve.worker_process import WorkerProcess
+
+DEFAULT_ISOLATION = "process"
+DEFAULT_STEP_TIMEOUT = 120.0     # seconds a worker may go without finishing an engine step while it has work
+
+OnCrash = Callable[[WorkerProcess], None]
+
+
+def isolation(entry: ModelEntry) -> str:
+    return entry.isolation or DEFAULT_ISOLATION
+
+
+def _worker_options(entry: ModelEntry, label: str, on_crash: OnCrash) -> dict[str, Any]:
+    return {"label": label, "on_crash": on_crash, "max_rss": entry.max_rss,
+            "step_timeout": entry.step_timeout or DEFAULT_STEP_TIMEOUT}
+
+
+def build_engine(entry: ModelEntry, config: ServerConfig, label: str, on_crash: OnCrash) -> Engine | WorkerEngine:
+    """The engine for a generation entry (not started)."""
+    params: dict[str, Any] = dict(entry.load)
+    options = {
+        "parallel": _either(entry.parallel, config.parallel),
+        "max_queue": _either(entry.max_queue, config.max_queue),
+        "kv_unified": _either(entry.kv_unified, config.kv_unified),
+        "share_prefixes": _either(entry.share_prefixes, config.share_prefixes),
+        "n_ctx": params.get("n_ctx", 2048),
+        "seed": params.get("seed"),     # config rejects pooling_type for generation entries
+        "model_kwargs": {k: v for k, v in params.items() if k in MODEL_KEYS},
+        "context_kwargs": {k: v for k, v in params.items() if k in CONTEXT_KEYS},
+    }
+    speculative = dict(entry.speculative) if entry.speculative else None
+    if isolation(entry) == "process":
+        spec = {**options, "model": os.fspath(entry.model), "speculative": speculative, "log_level": config.log_level}
+        return WorkerEngine(spec, **_worker_options(entry, label, on_crash))
+    drafter = PromptLookup(speculative["n_draft"], speculative["ngram_size"]) if speculative else None
+    return Engine(os.fspath(entry.model), [], speculative=drafter, **options)
+
+
+def build_embedder(entry: ModelEntry, config: ServerConfig, label: str, on_crash: OnCrash) -> Llama | WorkerEmbedder:
+    """The embedder for an embedding entry (`embedding: true`)."""
+    params = {k: v for k, v in entry.load.items() if k != "embedding"}
+    if isolation(entry) == "process":
+        spec = {"model": os.fspath(entry.model), "llama_kwargs": params, "log_level": config.log_level}
+        return WorkerEmbedder(spec, **_worker_options(entry, label, on_crash))
+    # every load key but seed (config rejects it for embedding entries) is a Llama keyword
+    return Llama(entry.model, embedding=True, **params)
+
+
+def _either(own: Any, default: Any) -> Any:
+    """A model entry's own setting, or the server-wide one when the entry leaves it unset."""
+    return default if own is None else own
+
+
+__all__ = ["DEFAULT_ISOLATION", "DEFAULT_STEP_TIMEOUT", "build_embedder", "build_engine", "isolation"]

@@ -1,0 +1,186 @@
+"""A model's worker process (`isolation: process`): one Engine (or embedder) per process.
+
+Started by llamaserve.worker_engine as ``python -m llamaserve.worker FD`` with one end of a
+socket pair. It loads what the first frame names, answers ("ready", info), then runs the engine
+and relays its events, one frame per engine step. A crash here (a llama.cpp abort, the OOM
+killer, SIGKILL) ends only this process; the server sees the closed socket and fails this
+model's requests alone. When the server goes away the socket closes and the worker exits.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from llamacore import Llama
+from llamacore.events import EngineEvent, Failed
+from llamaserve.engine import Engine
+from llamaserve.logs import configure
+from llamaserve.scheduler import GenRequest
+from llamaserve.speculative import PromptLookup
+from llamaserve.worker_messages import TOKEN, decode_sampling, encode_error, encode_event
+from llamaserve.worker_wire import ConnectionClosed, Wire
+
+log = logging.getLogger("llamaserve.worker")
+
+BEAT = 0.5     # seconds: a step frame goes out at least this often while steps run (the server's watchdog)
+
+
+class EngineHost:
+    """Runs an Engine for the server: requests in, one frame of events per step out."""
+
+    def __init__(self, wire: Wire, spec: dict[str, Any]) -> None:
+        self.wire = wire
+        speculative = spec.get("speculative")
+        self.engine = Engine(
+            spec["model"], [], parallel=spec["parallel"], max_queue=spec["max_queue"], n_ctx=spec["n_ctx"],
+            kv_unified=spec["kv_unified"], share_prefixes=spec["share_prefixes"], seed=spec.get("seed"),
+            speculative=PromptLookup(speculative["n_draft"], speculative["ngram_size"]) if speculative else None,
+            model_kwargs=spec["model_kwargs"], context_kwargs=spec["context_kwargs"])
+        self.requests: dict[int, GenRequest] = {}
+        self._events: list[tuple] = []
+        self._lock = threading.Lock()
+        self._last_sent = time.monotonic()
+
+    def info(self) -> dict[str, Any]:
+        e = self.engine
+        return {"n_ctx_seq": e.n_ctx_seq, "capacity": e.capacity, "memory_bytes": e.memory_bytes()}
+
+    def calls(self) -> dict[str, Callable[..., Any]]:
+        def add_adapter(path: str) -> None:
+            self.engine.add_adapter(path)
+        return {"add_adapter": add_adapter, "remove_adapter": self.engine.remove_adapter}
+
+    def start(self) -> None:
+        self.engine.on_step = self.flush
+        self.engine.start()
+
+    def submit(self, rid: int, tokens: list[int], sampling: dict, max_tokens: int, adapters: list,
+               n_logprobs: int | None, ignore_eos: bool) -> None:
+        req = GenRequest(tokens, decode_sampling(sampling), max_tokens, tuple((p, s) for p, s in adapters),
+                         self._emitter(rid), n_logprobs=n_logprobs, ignore_eos=ignore_eos)
+        self.requests[rid] = req
+        try:
+            self.engine.submit(req)
+        except Exception as exc:          # the server checked the same limits; a race at most
+            req.emit(Failed(exc))
+            self.flush()
+
+    def cancel(self, rid: int) -> None:
+        req = self.requests.get(rid)
+        if req is not None:
+            req.cancel()
+
+    def _emitter(self, rid: int) -> Callable[[EngineEvent], None]:
+        def emit(event: EngineEvent) -> None:
+            item = encode_event(rid, event)
+            with self._lock:
+                self._events.append(item)
+            if item[1] != TOKEN:          # the request's last event
+                self.requests.pop(rid, None)
+        return emit
+
+    def flush(self) -> None:
+        """Send what this step produced (and a beat when nothing was produced for a while)."""
+        with self._lock:
+            events, self._events = self._events, []
+        now = time.monotonic()
+        if not events and now - self._last_sent < BEAT:
+            return
+        e = self.engine
+        drafted, accepted = e.speculative_counts() or (0, 0)
+        self.wire.send(("step", e.active, e.queued, drafted, accepted, events))
+        self._last_sent = now
+
+    def close(self) -> None:
+        self.engine.close()
+        self.flush()
+
+
+class EmbedHost:
+    """An embedding model (llamacore.Llama with embedding=True); the server sends one call at a time."""
+
+    def __init__(self, wire: Wire, spec: dict[str, Any]) -> None:
+        self.llama = Llama(spec["model"], embedding=True, **spec["llama_kwargs"])
+
+    def info(self) -> dict[str, Any]:
+        return {"memory_bytes": self.llama.model.size}
+
+    def calls(self) -> dict[str, Callable[..., Any]]:
+        return {"create_embedding": self.llama.create_embedding}
+
+    def start(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def serve(wire: Wire, host: EngineHost | EmbedHost) -> None:
+    """Read frames until ("close",) or until the server's end closes."""
+    calls = host.calls()
+    while True:
+        try:
+            message = wire.recv()
+        except ConnectionClosed:
+            return
+        kind = message[0]
+        if kind == "submit" and isinstance(host, EngineHost):
+            host.submit(*message[1:])
+        elif kind == "cancel" and isinstance(host, EngineHost):
+            host.cancel(message[1])
+        elif kind == "call":
+            _, cid, name, args = message
+            threading.Thread(target=_answer, args=(wire, cid, calls[name], args), daemon=True).start()
+        elif kind == "close":
+            return
+        else:
+            raise ValueError(f"unexpected frame {kind!r}")
+
+
+def _answer(wire: Wire, cid: int, call: Callable[..., Any], args: list) -> None:
+    try:
+        result = call(*args)
+    except Exception as exc:
+        reply: tuple = ("reply", cid, False, encode_error(exc))
+    else:
+        reply = ("reply", cid, True, result)
+    try:
+        wire.send(reply)
+    except ConnectionClosed:
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    signal.signal(signal.SIGINT, signal.SIG_IGN)    # Ctrl-C reaches the server; it closes its workers
+    wire = Wire(socket.socket(fileno=int(argv[0])))
+    kind, spec = wire.recv()
+    assert kind == "load", kind
+    configure(spec.get("log_level", "info"))
+    host: EngineHost | EmbedHost
+    try:
+        host = EmbedHost(wire, spec) if spec["kind"] == "embed" else EngineHost(wire, spec)
+    except Exception as exc:
+        wire.send(("load_failed", encode_error(exc)))
+        return 1
+    wire.send(("ready", {**host.info(), "pid": os.getpid()}))
+    host.start()
+    try:
+        serve(wire, host)
+    finally:
+        host.close()
+        wire.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.stdout.flush()
+    os._exit(main())

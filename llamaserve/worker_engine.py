@@ -1,0 +1,151 @@
+"""`isolation: process`: an Engine (or embedder) in a worker process, behind the same interface.
+
+The server keeps a vocabulary-only copy of the model (llama.cpp's `vocab_only`: tokenizer and
+metadata, no weights) for tokenizing, chat templates and turning token ids into text, so only
+token ids cross the process line: a request's prompt once, then one frame of sampled tokens per
+engine step for all of the worker's sequences.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+import time
+from typing import Any
+
+from llamacore import Model
+from llamacore.events import Failed
+from llamaserve.errors import QueueFullError
+from llamaserve.scheduler import GenRequest
+from llamaserve.worker_messages import FINISHED, FAILED, decode_event, encode_sampling
+from llamaserve.worker_process import WorkerProcess
+
+
+def vocab_model(path: str, model_kwargs: dict[str, Any]) -> Model:
+    """The model's tokenizer and metadata without its weights (what the server process needs)."""
+    keep = {k: v for k, v in model_kwargs.items() if k == "kv_overrides"}
+    return Model(path, vocab_only=True, **keep)
+
+
+class WorkerEngine(WorkerProcess):
+    """llamaserve.engine.Engine's interface, served by a worker process."""
+
+    def __init__(self, spec: dict[str, Any], **options: Any) -> None:
+        self._requests: dict[int, GenRequest] = {}
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self._active = 0
+        self._counts: tuple[int, int] = (0, 0)
+        self._speculative = bool(spec.get("speculative"))
+        self._max_queue = spec["max_queue"]
+        self.adapters: dict[str, bool] = {}
+        super().__init__({**spec, "kind": "engine"}, **options)
+        self.n_ctx_seq: int = self.info["n_ctx_seq"]
+        self.capacity: int = self.info["capacity"]
+        try:
+            self.model = vocab_model(spec["model"], spec["model_kwargs"])
+        except BaseException:
+            self.close()
+            raise
+
+    def start(self) -> WorkerEngine:
+        return self
+
+    @property
+    def active(self) -> int:
+        return self._active
+
+    @property
+    def queued(self) -> int:
+        return max(0, len(self._requests) - self._active)
+
+    def memory_bytes(self) -> int:
+        return int(self.info["memory_bytes"])
+
+    def speculative_counts(self) -> tuple[int, int] | None:
+        return self._counts if self._speculative else None
+
+    def has_work(self) -> bool:
+        return bool(self._requests) or super().has_work()
+
+    def submit(self, req: GenRequest) -> None:
+        for path, _ in req.adapters:
+            if path not in self.adapters:
+                raise ValueError(f"adapter {path} is not loaded on this model")
+        if len(req.tokens) >= self.n_ctx_seq:
+            raise ValueError(f"prompt has {len(req.tokens)} tokens; the context holds {self.n_ctx_seq}")
+        with self._lock:
+            if not self.alive or self._closing:
+                raise self._gone_error()
+            if len(self._requests) >= self.capacity:
+                raise QueueFullError(f"queue is full ({self._max_queue} waiting)")
+            rid = next(self._ids)
+            if not self.has_work():
+                self._last_frame = time.monotonic()   # the watchdog measures this work from now
+            self._requests[rid] = req
+        req.on_cancel = lambda: self._cancel(rid)
+        self.outbox.put(("submit", rid, req.tokens, encode_sampling(req.sampling), req.max_tokens,
+                         [list(a) for a in req.adapters], req.n_logprobs, req.ignore_eos))
+
+    def _cancel(self, rid: int) -> None:
+        if rid in self._requests and self.alive:
+            self.outbox.put(("cancel", rid))
+
+    def add_adapter(self, path: str) -> None:
+        """Load the adapter in the worker (FileNotFoundError / ValueError as Engine.add_adapter)."""
+        path = os.fspath(path)
+        self.call("add_adapter", path)
+        self.adapters[path] = True
+
+    def remove_adapter(self, path: str) -> None:
+        path = os.fspath(path)
+        if path not in self.adapters:
+            raise KeyError(path)
+        del self.adapters[path]
+        self.call_async("remove_adapter", path)       # freed there when its last request ends
+
+    def on_frame(self, message: Any) -> None:
+        _, self._active, _queued, drafted, accepted, events = message
+        self._counts = (drafted, accepted)
+        for item in events:
+            rid, event = decode_event(item)
+            if item[1] in (FINISHED, FAILED):
+                with self._lock:
+                    req = self._requests.pop(rid, None)
+            else:
+                req = self._requests.get(rid)
+            if req is not None:
+                req.emit(event)
+
+    def on_exit(self, error: Exception) -> None:
+        with self._lock:
+            requests, self._requests = self._requests, {}
+        self._active = 0
+        for req in requests.values():
+            req.emit(Failed(error))
+
+    def close(self, timeout: float = 10.0) -> None:
+        super().close(timeout)
+        self.adapters = {}
+
+
+class WorkerEmbedder(WorkerProcess):
+    """llamacore.Llama's create_embedding for an embedding model, served by a worker process."""
+
+    def __init__(self, spec: dict[str, Any], **options: Any) -> None:
+        super().__init__({**spec, "kind": "embed"}, **options)
+        try:
+            self.model = vocab_model(spec["model"], spec["llama_kwargs"])
+        except BaseException:
+            self.close()
+            raise
+
+    def memory_bytes(self) -> int:
+        return int(self.info["memory_bytes"])
+
+    def create_embedding(self, input: Any, model: str | None = None) -> dict[str, Any]:
+        return self.call("create_embedding", input, model)
+
+
+__all__ = ["WorkerEmbedder", "WorkerEngine", "vocab_model"]

@@ -1,0 +1,236 @@
+"""The server's handle on one model worker process: start, calls, watchdog, memory limit, exit.
+
+`WorkerProcess` starts ``python -m llamaserve.worker`` with one end of a socket pair, sends it
+what to load and waits for ("ready", info). A reader thread takes the worker's frames; a monitor
+thread reads the worker's RSS (from /proc) and watches its progress: a worker over its
+`max_rss` or without a frame for `step_timeout` seconds while it has work is killed with
+SIGKILL, so a leak or a hang is stopped with a reason instead of taking the server down with it
+(the OOM killer picks the biggest process). Whatever ends the worker, its pending work fails
+with WorkerCrashedError and `on_crash(worker)` tells the registry.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+from llamaserve.errors import EngineClosedError, WorkerCrashedError
+from llamaserve.worker_messages import decode_error
+from llamaserve.worker_wire import ConnectionClosed, Outbox, Wire
+
+log = logging.getLogger("llamaserve.worker")
+
+# why a worker ended: killed for max_rss, killed by the watchdog, a signal from elsewhere, an exit
+CAUSES = ("max_rss", "hung", "killed", "signal", "exit")
+MONITOR_INTERVAL = 0.1     # seconds between RSS and progress checks
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+_PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
+
+
+def process_rss(pid: int) -> int | None:
+    """Resident memory of `pid` in bytes (None once it has gone)."""
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as f:
+            return int(f.read().split()[1]) * _PAGE
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def describe_exit(returncode: int | None) -> str:
+    if returncode is None:
+        return "stopped answering"
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"was killed by {name}"
+    return f"exited with code {returncode}"
+
+
+class WorkerProcess:
+    """One worker process and the frames it sends; subclasses handle "step" frames and exits."""
+
+    def __init__(self, spec: dict[str, Any], *, label: str, step_timeout: float | None = None,
+                 max_rss: int | None = None, on_crash: Callable[[WorkerProcess], None] | None = None) -> None:
+        self.label = label
+        self.step_timeout = step_timeout
+        self.max_rss = max_rss
+        self.on_crash = on_crash     # called on the reader thread when a loaded worker dies
+        self.crash_reason: str | None = None
+        self.rss: int | None = None
+        self.crash_cause: str | None = None     # one of CAUSES (a bounded metric label)
+        self._kill_reason: str | None = None
+        self._kill_cause = "killed"
+        self._closing = False
+        self._exited = threading.Event()
+        self._calls: dict[int, Future] = {}
+        self._call_ids = itertools.count(1)
+        self._last_frame = time.monotonic()
+        ours, theirs = socket.socketpair()
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [_PACKAGE_ROOT, os.environ.get("PYTHONPATH")]))}
+        try:
+            self.proc = subprocess.Popen([sys.executable, "-m", "llamaserve.worker", str(theirs.fileno())],
+                                         pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL)
+        finally:
+            theirs.close()
+        self.pid = self.proc.pid
+        self.wire = Wire(ours)
+        self.outbox = Outbox(self.wire, f"to-worker:{label}")
+        self._monitor = threading.Thread(target=self._watch, name=f"monitor:{label}", daemon=True)
+        self._monitor.start()
+        self.outbox.put(("load", spec))
+        try:
+            self.info = self._await_ready()
+        except BaseException:
+            self._stop_process()
+            raise
+        self._reader = threading.Thread(target=self._read, name=f"from-worker:{label}", daemon=True)
+        self._reader.start()
+
+    def _await_ready(self) -> dict[str, Any]:
+        try:
+            message = self.wire.recv()
+        except ConnectionClosed:
+            self._exited.set()
+            self._note_exit(self._wait(5))
+            raise WorkerCrashedError(f"the worker process {self.crash_reason} while loading",
+                                     self.crash_cause or "exit") from None
+        if message[0] == "load_failed":
+            raise decode_error(message[1])
+        return message[1]
+
+    # -- calls -------------------------------------------------------------------------------
+
+    def call_async(self, name: str, *args: Any) -> Future:
+        """Run `name(*args)` in the worker; the future holds its result or its error."""
+        done: Future = Future()
+        if self._exited.is_set() or self._closing:
+            done.set_exception(self._gone_error())
+            return done
+        cid = next(self._call_ids)
+        if not self._calls:
+            self._last_frame = time.monotonic()   # the watchdog measures this work from now
+        self._calls[cid] = done
+        self.outbox.put(("call", cid, name, list(args)))
+        return done
+
+    def call(self, name: str, *args: Any) -> Any:
+        return self.call_async(name, *args).result()
+
+    def has_work(self) -> bool:
+        return bool(self._calls)
+
+    def _gone_error(self) -> Exception:
+        if self.crash_reason is not None:
+            return WorkerCrashedError(f"model '{self.label}' stopped: its worker process {self.crash_reason}",
+                                      self.crash_cause or "exit")
+        return EngineClosedError("model was unloaded")
+
+    # -- frames ------------------------------------------------------------------------------
+
+    def _read(self) -> None:
+        while True:
+            try:
+                message = self.wire.recv()
+            except ConnectionClosed:
+                break
+            self._last_frame = time.monotonic()
+            if message[0] == "step":
+                self.on_frame(message)
+            elif message[0] == "reply":
+                _, cid, ok, value = message
+                done = self._calls.pop(cid, None)
+                if done is not None:
+                    if ok:
+                        done.set_result(value)
+                    else:
+                        done.set_exception(decode_error(value))
+        self._exited.set()
+        returncode = self._wait(5)
+        if not self._closing:
+            self._note_exit(returncode)
+            log.error("model '%s': its worker process (pid %d) %s", self.label, self.pid, self.crash_reason)
+        error = self._gone_error()
+        calls, self._calls = self._calls, {}
+        for done in calls.values():
+            done.set_exception(error)
+        self.on_exit(error)
+        if self.crash_reason is not None and self.on_crash is not None:
+            self.on_crash(self)
+
+    def _note_exit(self, returncode: int | None) -> None:
+        self.crash_reason = self._kill_reason or describe_exit(returncode)
+        self.crash_cause = self._kill_cause if self._kill_reason else (
+            "signal" if returncode is not None and returncode < 0 else "exit")
+
+    def on_frame(self, message: Any) -> None:
+        """A ("step", ...) frame from the worker."""
+
+    def on_exit(self, error: Exception) -> None:
+        """The worker is gone: fail whatever still waits on it with `error`."""
+
+    # -- watchdog ----------------------------------------------------------------------------
+
+    def _watch(self) -> None:
+        while not self._exited.wait(MONITOR_INTERVAL):
+            self.rss = process_rss(self.pid)
+            if self.max_rss is not None and self.rss is not None and self.rss > self.max_rss:
+                self.kill(f"used {self.rss / 2**20:.0f} MiB of memory, over its max_rss of "
+                          f"{self.max_rss / 2**20:.0f} MiB, and was stopped", "max_rss")
+            elif self.step_timeout is not None and self.has_work() and not self._closing \
+                    and time.monotonic() - self._last_frame > self.step_timeout:
+                self.kill(f"made no progress for {self.step_timeout:g} s (step_timeout) and was killed", "hung")
+
+    def kill(self, reason: str, cause: str = "killed") -> None:
+        """Stop the worker at once (SIGKILL); its pending work fails with `reason`."""
+        if self._kill_reason is None and not self._exited.is_set():
+            self._kill_reason, self._kill_cause = reason, cause
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def _wait(self, timeout: float) -> int | None:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+
+    # -- end ---------------------------------------------------------------------------------
+
+    @property
+    def alive(self) -> bool:
+        return not self._exited.is_set()
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Ask the worker to finish and exit (it fails what it still runs); kill it after `timeout`."""
+        self._closing = True
+        self.outbox.put(("close",))
+        self._stop_process(timeout)
+        if self._reader is not None:
+            self._reader.join(timeout)
+
+    def _stop_process(self, timeout: float = 5.0) -> None:
+        self._closing = True
+        self._wait(timeout)
+        self._exited.set()
+        self.outbox.stop()
+        self.wire.close()
+
+    _reader: threading.Thread | None = None
+
+
+__all__ = ["CAUSES", "WorkerProcess", "describe_exit", "process_rss"]
