@@ -11,7 +11,7 @@ from llamacore.prefix import AdapterKey
 from llamacore.responses import ChoiceOutput
 from llamacore.sampling import SamplingParams
 from llamaserve.aio import merge
-from llamaserve.engine import Engine
+from llamaserve.engines import AnyEngine
 from llamaserve.errors import APIError, api_error_for
 from llamaserve.generation import Generation, generate
 from llamaserve.metrics import Metrics
@@ -25,7 +25,7 @@ class Choice(ChoiceOutput):
     sampling: SamplingParams
 
 
-def run_choices(engine: Engine, choices: list[Choice], stack: AsyncExitStack, *, max_tokens: int | None,
+def run_choices(engine: AnyEngine, choices: list[Choice], stack: AsyncExitStack, *, max_tokens: int | None,
                 adapters: AdapterKey, stops: list[str], n_logprobs: int | None, ignore_eos: bool,
                 metrics: Metrics, model_name: str) -> AsyncIterator[tuple[Choice, TextEvent]]:
     """Every Text/Finished event of every choice as produced (choices decode together in the engine).

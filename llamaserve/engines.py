@@ -23,6 +23,7 @@ DEFAULT_ISOLATION = "process"
 DEFAULT_STEP_TIMEOUT = 120.0     # seconds a worker may go without finishing an engine step while it has work
 
 OnCrash = Callable[[WorkerProcess], None]
+AnyEngine = Engine | WorkerEngine       # the same interface, in this process or in a worker
 
 
 def isolation(entry: ModelEntry) -> str:
@@ -34,7 +35,7 @@ def _worker_options(entry: ModelEntry, label: str, on_crash: OnCrash) -> dict[st
             "step_timeout": entry.step_timeout or DEFAULT_STEP_TIMEOUT}
 
 
-def build_engine(entry: ModelEntry, config: ServerConfig, label: str, on_crash: OnCrash) -> Engine | WorkerEngine:
+def build_engine(entry: ModelEntry, config: ServerConfig, label: str, on_crash: OnCrash) -> AnyEngine:
     """The engine for a generation entry (not started)."""
     params: dict[str, Any] = dict(entry.load)
     options = {
@@ -49,7 +50,8 @@ def build_engine(entry: ModelEntry, config: ServerConfig, label: str, on_crash: 
     }
     speculative = dict(entry.speculative) if entry.speculative else None
     if isolation(entry) == "process":
-        spec = {**options, "model": os.fspath(entry.model), "speculative": speculative, "log_level": config.log_level}
+        spec = {**options, "model": os.fspath(entry.model), "speculative": speculative, "log_level": config.log_level,
+                "label": label}
         return WorkerEngine(spec, **_worker_options(entry, label, on_crash))
     drafter = PromptLookup(speculative["n_draft"], speculative["ngram_size"]) if speculative else None
     return Engine(os.fspath(entry.model), [], speculative=drafter, **options)
@@ -59,7 +61,8 @@ def build_embedder(entry: ModelEntry, config: ServerConfig, label: str, on_crash
     """The embedder for an embedding entry (`embedding: true`)."""
     params = {k: v for k, v in entry.load.items() if k != "embedding"}
     if isolation(entry) == "process":
-        spec = {"model": os.fspath(entry.model), "llama_kwargs": params, "log_level": config.log_level}
+        spec = {"model": os.fspath(entry.model), "llama_kwargs": params, "log_level": config.log_level,
+                "label": label}
         return WorkerEmbedder(spec, **_worker_options(entry, label, on_crash))
     # every load key but seed (config rejects it for embedding entries) is a Llama keyword
     return Llama(entry.model, embedding=True, **params)
@@ -70,4 +73,4 @@ def _either(own: Any, default: Any) -> Any:
     return default if own is None else own
 
 
-__all__ = ["DEFAULT_ISOLATION", "DEFAULT_STEP_TIMEOUT", "build_embedder", "build_engine", "isolation"]
+__all__ = ["AnyEngine", "DEFAULT_ISOLATION", "DEFAULT_STEP_TIMEOUT", "build_embedder", "build_engine", "isolation"]

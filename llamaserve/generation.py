@@ -15,12 +15,12 @@ from llamacore.events import EngineEvent, Failed, Finished, FinishReason, Text, 
 from llamacore.prefix import AdapterKey
 from llamacore.sampling import SamplingParams
 from llamacore.text_stream import TextStream
-from llamaserve.engine import Engine
+from llamaserve.engines import AnyEngine
 from llamaserve.metrics import Metrics
 from llamaserve.scheduler import GenRequest
 
 
-def generate(engine: Engine, tokens: list[int], sampling: SamplingParams, *, max_tokens: int | None,
+def generate(engine: AnyEngine, tokens: list[int], sampling: SamplingParams, *, max_tokens: int | None,
              adapters: AdapterKey, stops: list[str], n_logprobs: int | None, ignore_eos: bool,
              metrics: Metrics, model_name: str) -> Generation:
     """Submit the request to the engine now, and return its Text events as text becomes safe to send, then one Finished.
@@ -60,7 +60,7 @@ class Generation:
         self.req.cancel()
 
 
-async def _texts(engine: Engine, req: GenRequest, events: asyncio.Queue[EngineEvent], started: float,
+async def _texts(engine: AnyEngine, req: GenRequest, events: asyncio.Queue[EngineEvent], started: float,
                  n_prompt: int, stops: list[str], metrics: Metrics, model_name: str) -> AsyncGenerator[TextEvent, None]:
     stream = TextStream(stops)
     first, count, finished = None, 0, False

@@ -22,7 +22,7 @@ from typing import Any
 from llamacore import Llama
 from llamacore.events import EngineEvent, Failed
 from llamaserve.engine import Engine
-from llamaserve.logs import configure
+from llamaserve.logs import configure, loading_model
 from llamaserve.scheduler import GenRequest
 from llamaserve.speculative import PromptLookup
 from llamaserve.worker_messages import TOKEN, decode_sampling, encode_error, encode_event
@@ -165,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     kind, spec = wire.recv()
     assert kind == "load", kind
     configure(spec.get("log_level", "info"))
+    loading_model.set(spec.get("label"))      # llama.cpp's lines from this process name the model
     host: EngineHost | EmbedHost
     try:
         host = EmbedHost(wire, spec) if spec["kind"] == "embed" else EngineHost(wire, spec)

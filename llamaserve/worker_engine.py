@@ -75,18 +75,19 @@ class WorkerEngine(WorkerProcess):
                 raise ValueError(f"adapter {path} is not loaded on this model")
         if len(req.tokens) >= self.n_ctx_seq:
             raise ValueError(f"prompt has {len(req.tokens)} tokens; the context holds {self.n_ctx_seq}")
+        rid = next(self._ids)
+        frame = self.wire.encode(("submit", rid, req.tokens, encode_sampling(req.sampling), req.max_tokens,
+                                  [list(a) for a in req.adapters], req.n_logprobs, req.ignore_eos))
         with self._lock:
             if not self.alive or self._closing:
                 raise self._gone_error()
             if len(self._requests) >= self.capacity:
                 raise QueueFullError(f"queue is full ({self._max_queue} waiting)")
-            rid = next(self._ids)
             if not self.has_work():
                 self._last_frame = time.monotonic()   # the watchdog measures this work from now
             self._requests[rid] = req
         req.on_cancel = lambda: self._cancel(rid)
-        self.outbox.put(("submit", rid, req.tokens, encode_sampling(req.sampling), req.max_tokens,
-                         [list(a) for a in req.adapters], req.n_logprobs, req.ignore_eos))
+        self.outbox.put_frame(frame)
 
     def _cancel(self, rid: int) -> None:
         if rid in self._requests and self.alive:

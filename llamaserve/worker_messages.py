@@ -67,6 +67,11 @@ def decode_event(item: Any) -> tuple[int, EngineEvent]:
 def encode_sampling(sampling: SamplingParams) -> dict[str, Any]:
     fields = dataclasses.asdict(sampling)
     fields["logit_bias"] = [[int(k), float(v)] for k, v in sampling.logit_bias.items()]
+    seed = sampling.seed
+    if seed is not None and not -2**63 <= seed < 2**63:
+        # llama.cpp's samplers use the low 32 bits (a negative seed means "random" to dist): keep
+        # both the bits and the sign in a number msgpack can carry
+        fields["seed"] = seed & 0xFFFFFFFF if seed >= 0 else (seed & 0xFFFFFFFF) - 2**32
     return fields
 
 

@@ -120,10 +120,11 @@ class WorkerProcess:
             done.set_exception(self._gone_error())
             return done
         cid = next(self._call_ids)
+        frame = self.wire.encode(("call", cid, name, list(args)))     # ValueError for what cannot cross
         if not self._calls:
             self._last_frame = time.monotonic()   # the watchdog measures this work from now
         self._calls[cid] = done
-        self.outbox.put(("call", cid, name, list(args)))
+        self.outbox.put_frame(frame)
         return done
 
     def call(self, name: str, *args: Any) -> Any:

@@ -35,11 +35,21 @@ class Wire:
         self._send_lock = threading.Lock()
         self._buffer = bytearray()
 
+    def encode(self, message: Any) -> bytes:
+        """The frame for `message`; ValueError when it holds what msgpack cannot carry (an int past 64 bits)."""
+        try:
+            body = self._encoder.encode(message)
+        except (OverflowError, TypeError) as exc:
+            raise ValueError(f"the request holds a value that cannot be processed: {exc}") from None
+        return _HEADER.pack(len(body)) + body
+
     def send(self, message: Any) -> None:
-        body = self._encoder.encode(message)
+        self.send_frame(self.encode(message))
+
+    def send_frame(self, frame: bytes) -> None:
         with self._send_lock:
             try:
-                self.sock.sendall(_HEADER.pack(len(body)) + body)
+                self.sock.sendall(frame)
             except OSError as exc:
                 raise ConnectionClosed(str(exc)) from None
 
@@ -77,12 +87,17 @@ class Outbox:
 
     def __init__(self, wire: Wire, name: str) -> None:
         self.wire = wire
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()     # frames, and _STOP
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
     def put(self, message: Any) -> None:
-        self._queue.put(message)
+        """Encode `message` now (a bad value raises ValueError here, in the caller) and send it soon."""
+        self._queue.put(self.wire.encode(message))
+
+    def put_frame(self, frame: bytes) -> None:
+        """Send a frame already made with Wire.encode."""
+        self._queue.put(frame)
 
     def stop(self) -> None:
         self._queue.put(_STOP)
@@ -93,7 +108,7 @@ class Outbox:
             if message is _STOP:
                 return
             try:
-                self.wire.send(message)
+                self.wire.send_frame(message)
             except ConnectionClosed:
                 return           # the reader sees the closed connection and reports it
 

@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from llamaserve.choices import Choice
-from llamaserve.engine import Engine
+from llamaserve.engines import AnyEngine
 from llamaserve.errors import AdapterUnavailableError, APIError
 from llamaserve.registry import Loaded, Registry
 from llamaserve.routes.selection import Selection, select_adapters
@@ -66,7 +66,7 @@ class Acquired:
 
     entry: ModelEntry
     loaded: Loaded
-    engine: Engine
+    engine: AnyEngine
     selection: Selection
 
 

@@ -1,0 +1,82 @@
+"""A loaded base model: what serves it (an engine, or an embedder) and the aliases it serves."""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import gc
+import time
+from dataclasses import dataclass, field
+
+from llamacore import Llama, Model
+from llamacore.chat_format import resolve_template
+from llamaserve.engine import Engine
+from llamaserve.settings import ModelEntry
+from llamaserve.worker_engine import WorkerEmbedder, WorkerEngine
+from llamaserve.worker_process import WorkerProcess
+
+
+@dataclass(eq=False)
+class Loaded:
+    """A loaded base model and the aliases it serves."""
+
+    key: tuple
+    entries: list[ModelEntry]
+    engine: Engine | WorkerEngine | None = None      # generation models
+    embedder: Llama | WorkerEmbedder | None = None   # embedding models (one request at a time, in a thread)
+    embed_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    in_use: int = 0
+    last_used: float = field(default_factory=time.monotonic)
+    load_seconds: float = 0.0
+    templates: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def model(self) -> Model:
+        if self.engine is not None:
+            return self.engine.model
+        assert self.embedder is not None, "an unloaded base has no model"
+        return self.embedder.model
+
+    @property
+    def worker(self) -> WorkerProcess | None:
+        """The worker process serving this base (isolation: process), else None."""
+        for part in (self.engine, self.embedder):
+            if isinstance(part, WorkerProcess):
+                return part
+        return None
+
+    def memory_bytes(self) -> int:
+        if self.engine is not None:
+            return self.engine.memory_bytes()
+        return self.embedder.memory_bytes() if isinstance(self.embedder, WorkerEmbedder) else self.model.size
+
+    def chat_template(self, entry: ModelEntry) -> str:
+        if entry.alias not in self.templates:
+            self.templates[entry.alias] = resolve_template(entry.chat_format, entry.chat_template,
+                                                           self.model.chat_template())
+        return self.templates[entry.alias]
+
+    def busy(self) -> bool:
+        return self.in_use > 0 or (self.engine is not None and bool(self.engine.active or self.engine.queued))
+
+    def close(self) -> None:
+        if self.engine is not None:
+            self.engine.close()
+        if isinstance(self.embedder, WorkerEmbedder):
+            self.embedder.close()
+        self.engine = None
+        self.embedder = None
+        gc.collect()                 # the model, context and adapters are freed with their last reference
+        _trim_heap()
+
+
+def _trim_heap() -> None:
+    """Hand freed heap pages back to the OS (glibc keeps them in its arenas after a model unloads)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):        # not glibc: nothing to trim
+        pass
+
+
+__all__ = ["Loaded"]
