@@ -115,6 +115,22 @@ def prefix_rows(pre: dict) -> list[Row]:
             (what, s["llamaserve"]["ttft_p50"], "llama-server", s["llama-server"]["ttft_p50"], "ms")]
 
 
+def isolation_rows(iso: dict) -> list[Row]:
+    s, mem, cold = iso["summary"], iso["memory"], iso["cold_load_s"]
+    rows: list[Row] = []
+    for case in ("c1", "c8"):
+        ours, peer = s.get(case, {}).get("llamaserve-process"), s.get(case, {}).get("llamaserve-thread")
+        if ours and peer:
+            rows.append((f"{case[1:]} clients: tokens/s", ours["tok_s"], "isolation: thread", peer["tok_s"], ""))
+            rows.append((f"{case[1:]} clients: TTFT p50", ours["ttft_p50"], "isolation: thread", peer["ttft_p50"], "ms"))
+    rows.append(("cold load (admin load after unload)", cold["process"], "isolation: thread", cold["thread"], "ms"))
+    rows.append(("RSS, server and workers, loaded", mem["process"]["loaded"], "isolation: thread",
+                 mem["thread"]["loaded"], "MiB"))
+    rows.append(("RSS after unload minus before load", mem["process"]["after_unload"] - mem["process"]["before_load"],
+                 "isolation: thread", mem["thread"]["after_unload"] - mem["thread"]["before_load"], "MiB"))
+    return rows
+
+
 def lora_switch_rows(sw: dict) -> list[Row]:
     served, inproc = sw["served"]["median_s"], sw["in_process"]["median_s"]
     ours, peer = served["llamaserve-lora"], served["llama-server-lora"]
@@ -236,6 +252,8 @@ def write(results: dict, json_path: Path) -> Path:
         ("mixed_lora", "Mixed adapters in one batch: by adapter count and rank", mixed_lora_rows, "higher"),
         ("shared_prefix", "Shared prompt prefixes", prefix_rows, "lower"),
         ("lora_switch", "LoRA switch latency", lora_switch_rows, "lower"),
+        ("isolation", "Process isolation (ours) vs thread (peer): throughput, TTFT, cold load, memory",
+         isolation_rows, ""),
         ("rss_idle", "Server memory (RSS) before load, loaded, after idle unload", rss_rows, "lower"),
     ]
     for case, title, rows, better in sections:

@@ -131,9 +131,15 @@ def _busy_cpu_s() -> float:
 
 
 def _proc_cpu_s(pid: int) -> float:
-    """CPU-seconds used by process pid (all its threads)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICK
+    """CPU-seconds used by process pid (all its threads) and its live children (model workers)."""
+    total = 0.0
+    for p in [pid, *servers.child_pids(pid)]:
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / _TICK
+    return total
 
 
 class CpuMeter:

@@ -51,6 +51,20 @@ def _die_with_parent() -> None:
         _LIBC.prctl(1, int(signal.SIGTERM))       # PR_SET_PDEATHSIG
 
 
+def child_pids(pid: int) -> list[int]:
+    """Live child processes of `pid` (llamaserve's model workers with isolation: process)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid and fields[0] != "Z":
+                out.append(int(entry.name))
+    return out
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind((HOST, 0))
@@ -162,10 +176,11 @@ class ServerSet:
 
 def llamaserve(model: Path, workdir: Path, *, threads: int, parallel: int = 8, n_ctx: int = 256,
                max_queue: int = 64, loras: dict[str, Path] | None = None, name: str = "llamaserve",
-               others: dict[str, Path] | None = None, **settings) -> Server:
+               others: dict[str, Path] | None = None, isolation: str | None = None, **settings) -> Server:
     """llamaserve with alias "base" (and one alias per entry of ``loras``, adapter at 1.0, same base).
 
-    ``others`` adds aliases of other model files; ``settings`` are further top-level config keys
+    ``others`` adds aliases of other model files; ``isolation`` (thread | process) goes into the
+    defaults (None: the server's default); ``settings`` are further top-level config keys
     (``max_loaded_models``, ``idle_unload``, ...).
     """
     port = free_port()
@@ -176,7 +191,8 @@ def llamaserve(model: Path, workdir: Path, *, threads: int, parallel: int = 8, n
     config = {
         "host": HOST, "port": port, "parallel": parallel, "max_queue": max_queue,
         "idle_unload": None,          # never unload between the benchmark's rounds
-        "defaults": {"n_ctx": n_ctx, "n_threads": threads, "n_threads_batch": threads, "flash_attn": False},
+        "defaults": {"n_ctx": n_ctx, "n_threads": threads, "n_threads_batch": threads, "flash_attn": False,
+                     **({"isolation": isolation} if isolation else {})},
         "models": models, **settings,
     }
     workdir.mkdir(parents=True, exist_ok=True)

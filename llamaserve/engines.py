@@ -14,6 +14,7 @@ from typing import Any
 from llamacore import Llama
 from llamacore.options import CONTEXT_KEYS, MODEL_KEYS
 from llamaserve.engine import Engine
+from llamaserve.logs import request_id
 from llamaserve.settings import ModelEntry, ServerConfig
 from llamaserve.speculative import PromptLookup
 from llamaserve.worker_engine import WorkerEmbedder, WorkerEngine
@@ -28,6 +29,12 @@ AnyEngine = Engine | WorkerEngine       # the same interface, in this process or
 
 def isolation(entry: ModelEntry) -> str:
     return entry.isolation or DEFAULT_ISOLATION
+
+
+def _worker_spec(entry: ModelEntry, config: ServerConfig, label: str) -> dict[str, Any]:
+    """What every worker gets besides its model's options: how to log, and for whom it loads."""
+    return {"model": os.fspath(entry.model), "log_level": config.log_level, "label": label,
+            "request_id": request_id.get()}
 
 
 def _worker_options(entry: ModelEntry, label: str, on_crash: OnCrash) -> dict[str, Any]:
@@ -50,8 +57,7 @@ def build_engine(entry: ModelEntry, config: ServerConfig, label: str, on_crash: 
     }
     speculative = dict(entry.speculative) if entry.speculative else None
     if isolation(entry) == "process":
-        spec = {**options, "model": os.fspath(entry.model), "speculative": speculative, "log_level": config.log_level,
-                "label": label}
+        spec = {**options, **_worker_spec(entry, config, label), "speculative": speculative}
         return WorkerEngine(spec, **_worker_options(entry, label, on_crash))
     drafter = PromptLookup(speculative["n_draft"], speculative["ngram_size"]) if speculative else None
     return Engine(os.fspath(entry.model), [], speculative=drafter, **options)
@@ -61,8 +67,7 @@ def build_embedder(entry: ModelEntry, config: ServerConfig, label: str, on_crash
     """The embedder for an embedding entry (`embedding: true`)."""
     params = {k: v for k, v in entry.load.items() if k != "embedding"}
     if isolation(entry) == "process":
-        spec = {"model": os.fspath(entry.model), "llama_kwargs": params, "log_level": config.log_level,
-                "label": label}
+        spec = {**_worker_spec(entry, config, label), "llama_kwargs": params}
         return WorkerEmbedder(spec, **_worker_options(entry, label, on_crash))
     # every load key but seed (config rejects it for embedding entries) is a Llama keyword
     return Llama(entry.model, embedding=True, **params)

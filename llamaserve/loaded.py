@@ -50,6 +50,21 @@ class Loaded:
             return self.engine.memory_bytes()
         return self.embedder.memory_bytes() if isinstance(self.embedder, WorkerEmbedder) else self.model.size
 
+    def embedding_size(self) -> int:
+        """Length of the embedding vectors this (embedding) model returns."""
+        if isinstance(self.embedder, WorkerEmbedder):
+            return int(self.embedder.info["n_embd_out"])     # the server's copy has no weights or sizes
+        return self.model.n_embd_out
+
+    def close_crashed(self) -> None:
+        """After a worker crash: reap the worker and hand freed memory back; requests that still
+        hold this object get WorkerCrashedError from the dead worker."""
+        worker = self.worker
+        if worker is not None:
+            worker.close()
+        gc.collect()
+        _trim_heap()
+
     def chat_template(self, entry: ModelEntry) -> str:
         if entry.alias not in self.templates:
             self.templates[entry.alias] = resolve_template(entry.chat_format, entry.chat_template,

@@ -214,8 +214,7 @@ class Registry:
         del self.loaded[loaded.key]
         self.metrics.unloads.labels(loaded.entries[0].alias, "crashed").inc()
         self.metrics.loaded_models.set(len(self.loaded))
-        # requests that hold `loaded` keep its (dead) worker, whose calls fail with WorkerCrashedError
-        asyncio.get_running_loop().run_in_executor(None, worker.close)
+        asyncio.get_running_loop().run_in_executor(None, loaded.close_crashed)
         if record.retry_after() is None and not self._closing:
             task = asyncio.get_running_loop().create_task(self._restart(loaded.entries[0]))
             self._restarts.add(task)

@@ -22,7 +22,7 @@ from typing import Any
 from llamacore import Llama
 from llamacore.events import EngineEvent, Failed
 from llamaserve.engine import Engine
-from llamaserve.logs import configure, loading_model
+from llamaserve.logs import configure, loading_model, request_id
 from llamaserve.scheduler import GenRequest
 from llamaserve.speculative import PromptLookup
 from llamaserve.worker_messages import TOKEN, decode_sampling, encode_error, encode_event
@@ -111,7 +111,7 @@ class EmbedHost:
         self.llama = Llama(spec["model"], embedding=True, **spec["llama_kwargs"])
 
     def info(self) -> dict[str, Any]:
-        return {"memory_bytes": self.llama.model.size}
+        return {"memory_bytes": self.llama.model.size, "n_embd_out": self.llama.model.n_embd_out}
 
     def calls(self) -> dict[str, Callable[..., Any]]:
         return {"create_embedding": self.llama.create_embedding}
@@ -166,12 +166,15 @@ def main(argv: list[str] | None = None) -> int:
     assert kind == "load", kind
     configure(spec.get("log_level", "info"))
     loading_model.set(spec.get("label"))      # llama.cpp's lines from this process name the model
+    loading_for = request_id.set(spec.get("request_id"))     # ...and, while it loads, the request that asked
     host: EngineHost | EmbedHost
     try:
         host = EmbedHost(wire, spec) if spec["kind"] == "embed" else EngineHost(wire, spec)
     except Exception as exc:
         wire.send(("load_failed", encode_error(exc)))
         return 1
+    finally:
+        request_id.reset(loading_for)
     wire.send(("ready", {**host.info(), "pid": os.getpid()}))
     host.start()
     try:

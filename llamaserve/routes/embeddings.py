@@ -27,7 +27,7 @@ async def embeddings(request: Request) -> Response:
         if loaded.embedder is None:
             raise APIError(400, f"model '{entry.alias}' is not an embedding model (set embedding: true)",
                            param="model")
-        size = loaded.model.n_embd_out
+        size = loaded.embedding_size()
         if body.dimensions is not None and body.dimensions != size:
             # shortening is only meaningful for Matryoshka-trained models, which GGUF does not mark
             raise APIError(400, f"model '{entry.alias}' returns {size}-dimensional embeddings and cannot "
