@@ -16,7 +16,7 @@ from typing import Any
 
 from llamaserve import __version__
 from llamaserve.config import ConfigError, ServerConfig, load_config, parse_config, read_config_data
-from llamaserve.config_keys import LOG_LEVELS
+from llamaserve.config_keys import ISOLATION_MODES, LOG_LEVELS
 from llamaserve.discovery import ModelsDirScan, scan_models_dir
 
 __all__ = ["build_parser", "config_from_args", "describe", "main", "starter_config", "write_starter_config"]
@@ -72,6 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="built-in chat template (chatml, llama-3, mistral-instruct, ...) to use "
                             "instead of the model's own")
     model.add_argument("--embedding", action="store_true", help="load for /v1/embeddings")
+    model.add_argument("--isolation", choices=ISOLATION_MODES,
+                       help="process: each loaded model in a worker process of its own, so its crash ends "
+                            "only its requests (default); thread: in the server process")
 
     server = parser.add_argument_group("server")
     server.add_argument("--host", help="address to listen on (default 127.0.0.1)")
@@ -123,7 +126,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
              "persist_adapters": args.persist_adapters or None}
     data.update({key: value for key, value in flags.items() if value is not None})
     options = {"n_ctx": args.n_ctx, "n_gpu_layers": args.n_gpu_layers, "n_threads": args.threads,
-               "chat_format": args.chat_format, "embedding": args.embedding or None}
+               "chat_format": args.chat_format, "embedding": args.embedding or None, "isolation": args.isolation}
     options = {key: value for key, value in options.items() if value is not None}
     if args.model:
         entry: dict[str, Any] = {"model": _absolute(args.model), **options}
@@ -228,6 +231,8 @@ defaults:                  # merged into every model below; a model's own keys w
   n_gpu_layers: -1         # layers offloaded to the GPU, -1 = all (no effect without a GPU)
   # n_threads: 8           # CPU threads for decoding
   # flash_attn: auto
+  # isolation: process     # each model in a worker process (a crash ends only its requests); or thread
+  # max_rss: 16GiB         # stop a model's worker whose memory passes this (isolation: process)
 
 models:
 """

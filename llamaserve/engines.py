@@ -7,9 +7,10 @@ crash, hang or leak of that model ends only that process. Both have the same int
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from llamacore import Llama
 from llamacore.options import CONTEXT_KEYS, MODEL_KEYS
@@ -37,12 +38,20 @@ def _worker_spec(entry: ModelEntry, config: ServerConfig, label: str) -> dict[st
             "request_id": request_id.get()}
 
 
-def _worker_options(entry: ModelEntry, label: str, on_crash: OnCrash) -> dict[str, Any]:
-    return {"label": label, "on_crash": on_crash, "max_rss": entry.max_rss,
+class Supervision(NamedTuple):
+    """Where a worker's frames are handled (the server's event loop), and who hears of its crash."""
+
+    loop: asyncio.AbstractEventLoop | None
+    on_crash: OnCrash
+
+
+def _worker_options(entry: ModelEntry, label: str, watch: Supervision) -> dict[str, Any]:
+    assert watch.loop is not None, "a worker process is started from a thread of a running event loop"
+    return {"label": label, "loop": watch.loop, "on_crash": watch.on_crash, "max_rss": entry.max_rss,
             "step_timeout": entry.step_timeout or DEFAULT_STEP_TIMEOUT}
 
 
-def build_engine(entry: ModelEntry, config: ServerConfig, label: str, on_crash: OnCrash) -> AnyEngine:
+def build_engine(entry: ModelEntry, config: ServerConfig, label: str, watch: Supervision) -> AnyEngine:
     """The engine for a generation entry (not started)."""
     params: dict[str, Any] = dict(entry.load)
     options = {
@@ -58,17 +67,17 @@ def build_engine(entry: ModelEntry, config: ServerConfig, label: str, on_crash: 
     speculative = dict(entry.speculative) if entry.speculative else None
     if isolation(entry) == "process":
         spec = {**options, **_worker_spec(entry, config, label), "speculative": speculative}
-        return WorkerEngine(spec, **_worker_options(entry, label, on_crash))
+        return WorkerEngine(spec, **_worker_options(entry, label, watch))
     drafter = PromptLookup(speculative["n_draft"], speculative["ngram_size"]) if speculative else None
     return Engine(os.fspath(entry.model), [], speculative=drafter, **options)
 
 
-def build_embedder(entry: ModelEntry, config: ServerConfig, label: str, on_crash: OnCrash) -> Llama | WorkerEmbedder:
+def build_embedder(entry: ModelEntry, config: ServerConfig, label: str, watch: Supervision) -> Llama | WorkerEmbedder:
     """The embedder for an embedding entry (`embedding: true`)."""
     params = {k: v for k, v in entry.load.items() if k != "embedding"}
     if isolation(entry) == "process":
         spec = {**_worker_spec(entry, config, label), "llama_kwargs": params}
-        return WorkerEmbedder(spec, **_worker_options(entry, label, on_crash))
+        return WorkerEmbedder(spec, **_worker_options(entry, label, watch))
     # every load key but seed (config rejects it for embedding entries) is a Llama keyword
     return Llama(entry.model, embedding=True, **params)
 
@@ -78,4 +87,5 @@ def _either(own: Any, default: Any) -> Any:
     return default if own is None else own
 
 
-__all__ = ["AnyEngine", "DEFAULT_ISOLATION", "DEFAULT_STEP_TIMEOUT", "build_embedder", "build_engine", "isolation"]
+__all__ = ["AnyEngine", "DEFAULT_ISOLATION", "DEFAULT_STEP_TIMEOUT", "Supervision", "build_embedder", "build_engine",
+           "isolation"]

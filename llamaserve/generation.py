@@ -8,6 +8,7 @@ sequence as soon as a stop string matches or the client goes away.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 
@@ -33,8 +34,13 @@ def generate(engine: AnyEngine, tokens: list[int], sampling: SamplingParams, *, 
     loop = asyncio.get_running_loop()
     events: asyncio.Queue[EngineEvent] = asyncio.Queue()
 
+    loop_thread = threading.get_ident()
+
     def emit(event: EngineEvent) -> None:
-        loop.call_soon_threadsafe(events.put_nowait, event)
+        if threading.get_ident() == loop_thread:    # a worker process's frame, read on the loop
+            events.put_nowait(event)
+        else:                                       # an engine thread
+            loop.call_soon_threadsafe(events.put_nowait, event)
 
     room = engine.n_ctx_seq - len(tokens)
     limit = room if max_tokens is None or max_tokens <= 0 else min(max_tokens, room)

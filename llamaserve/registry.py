@@ -27,7 +27,7 @@ from llamaserve.logs import loading_model
 from llamaserve.metrics import Metrics
 from llamaserve.runtime_adapters import RuntimeAdapters
 from llamaserve.settings import ModelEntry, ServerConfig
-from llamaserve.engines import build_embedder, build_engine
+from llamaserve.engines import Supervision, build_embedder, build_engine
 from llamaserve.worker_process import WorkerProcess
 
 log = logging.getLogger("llamaserve.registry")
@@ -259,16 +259,11 @@ class Registry:
         loading_model.set(", ".join(e.alias for e in siblings))   # this thread's copy of the context
         loaded = Loaded(key=key, entries=siblings)
         label = self.base_alias(key)
-        loop = self._loop
-
-        def on_crash(worker: WorkerProcess) -> None:      # on the worker's reader thread
-            if loop is not None:
-                loop.call_soon_threadsafe(self._worker_crashed, loaded, worker)
-
+        watch = Supervision(self._loop, lambda worker: self._worker_crashed(loaded, worker))
         if entry.load.get("embedding", False):
-            loaded.embedder = build_embedder(entry, self.config, label, on_crash)
+            loaded.embedder = build_embedder(entry, self.config, label, watch)
             return loaded
-        engine = build_engine(entry, self.config, label, on_crash)
+        engine = build_engine(entry, self.config, label, watch)
         outcomes = [] if outcomes is None else outcomes
         try:
             for path, configured in plan or []:

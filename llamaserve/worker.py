@@ -30,6 +30,7 @@ from llamaserve.worker_wire import ConnectionClosed, Wire
 
 log = logging.getLogger("llamaserve.worker")
 
+SWITCH_INTERVAL = 0.0005   # seconds a thread holds the GIL while another waits for it
 BEAT = 0.5     # seconds: a step frame goes out at least this often while steps run (the server's watchdog)
 
 
@@ -161,6 +162,9 @@ def _answer(wire: Wire, cid: int, call: Callable[..., Any], args: list) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     signal.signal(signal.SIGINT, signal.SIG_IGN)    # Ctrl-C reaches the server; it closes its workers
+    # the frame reader must get the GIL from the engine thread's Python work between decodes soon
+    # after a request arrives, not after the default 5 ms
+    sys.setswitchinterval(SWITCH_INTERVAL)
     wire = Wire(socket.socket(fileno=int(argv[0])))
     kind, spec = wire.recv()
     assert kind == "load", kind

@@ -87,11 +87,11 @@ class WorkerEngine(WorkerProcess):
                 self._last_frame = time.monotonic()   # the watchdog measures this work from now
             self._requests[rid] = req
         req.on_cancel = lambda: self._cancel(rid)
-        self.outbox.put_frame(frame)
+        self._send(frame)
 
     def _cancel(self, rid: int) -> None:
         if rid in self._requests and self.alive:
-            self.outbox.put(("cancel", rid))
+            self._send(self.wire.encode(("cancel", rid)))
 
     def add_adapter(self, path: str) -> None:
         """Load the adapter in the worker (FileNotFoundError / ValueError as Engine.add_adapter)."""

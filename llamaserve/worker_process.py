@@ -1,7 +1,8 @@
 """The server's handle on one model worker process: start, calls, watchdog, memory limit, exit.
 
 `WorkerProcess` starts ``python -m llamaserve.worker`` with one end of a socket pair, sends it
-what to load and waits for ("ready", info). A reader thread takes the worker's frames; a monitor
+what to load and waits for ("ready", info) (blocking: loads run on a thread); then the server's
+event loop takes the socket over and handles the worker's frames as they arrive. A monitor
 thread reads the worker's RSS (from /proc) and watches its progress: a worker over its
 `max_rss` or without a frame for `step_timeout` seconds while it has work is killed with
 SIGKILL, so a leak or a hang is stopped with a reason instead of taking the server down with it
@@ -11,6 +12,7 @@ with WorkerCrashedError and `on_crash(worker)` tells the registry.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import os
@@ -27,7 +29,7 @@ from typing import Any
 
 from llamaserve.errors import EngineClosedError, WorkerCrashedError
 from llamaserve.worker_messages import decode_error
-from llamaserve.worker_wire import ConnectionClosed, Outbox, Wire
+from llamaserve.worker_wire import ConnectionClosed, FrameProtocol, Wire
 
 log = logging.getLogger("llamaserve.worker")
 
@@ -60,24 +62,32 @@ def describe_exit(returncode: int | None) -> str:
 
 
 class WorkerProcess:
-    """One worker process and the frames it sends; subclasses handle "step" frames and exits."""
+    """One worker process and the frames it sends; subclasses handle "step" frames and exits.
 
-    def __init__(self, spec: dict[str, Any], *, label: str, step_timeout: float | None = None,
-                 max_rss: int | None = None, on_crash: Callable[[WorkerProcess], None] | None = None) -> None:
+    Built on a thread other than the event loop's (it blocks while the worker loads); after
+    that, frames are read and written on `loop`, and `on_frame`, `on_exit` and `on_crash` run there.
+    """
+
+    def __init__(self, spec: dict[str, Any], *, label: str, loop: asyncio.AbstractEventLoop,
+                 step_timeout: float | None = None, max_rss: int | None = None,
+                 on_crash: Callable[[WorkerProcess], None] | None = None) -> None:
         self.label = label
+        self.loop = loop
         self.step_timeout = step_timeout
         self.max_rss = max_rss
-        self.on_crash = on_crash     # called on the reader thread when a loaded worker dies
+        self.on_crash = on_crash     # called on the event loop when a loaded worker dies
         self.crash_reason: str | None = None
         self.rss: int | None = None
         self.crash_cause: str | None = None     # one of CAUSES (a bounded metric label)
         self._kill_reason: str | None = None
         self._kill_cause = "killed"
         self._closing = False
-        self._exited = threading.Event()
+        self._exited = threading.Event()        # the socket closed (the worker is gone or going)
+        self._finished = threading.Event()      # ...and its pending work has been failed
         self._calls: dict[int, Future] = {}
         self._call_ids = itertools.count(1)
         self._last_frame = time.monotonic()
+        self._transport: asyncio.Transport | None = None
         ours, theirs = socket.socketpair()
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [_PACKAGE_ROOT, os.environ.get("PYTHONPATH")]))}
         try:
@@ -87,17 +97,15 @@ class WorkerProcess:
             theirs.close()
         self.pid = self.proc.pid
         self.wire = Wire(ours)
-        self.outbox = Outbox(self.wire, f"to-worker:{label}")
         self._monitor = threading.Thread(target=self._watch, name=f"monitor:{label}", daemon=True)
         self._monitor.start()
-        self.outbox.put(("load", spec))
         try:
+            self.wire.send(("load", spec))
             self.info = self._await_ready()
+            self._transport = asyncio.run_coroutine_threadsafe(self._attach(), loop).result()
         except BaseException:
             self._stop_process()
             raise
-        self._reader = threading.Thread(target=self._read, name=f"from-worker:{label}", daemon=True)
-        self._reader.start()
 
     def _await_ready(self) -> dict[str, Any]:
         try:
@@ -110,6 +118,21 @@ class WorkerProcess:
         if message[0] == "load_failed":
             raise decode_error(message[1])
         return message[1]
+
+    async def _attach(self) -> asyncio.Transport:
+        protocol = FrameProtocol(self._on_message, self._on_lost, self.wire.leftover())
+        transport, _ = await self.loop.create_unix_connection(lambda: protocol, sock=self.wire.sock)
+        return transport
+
+    def _send(self, frame: bytes) -> None:
+        """Write a frame (from any thread; the write happens on the loop and never blocks)."""
+        def write() -> None:
+            if self._transport is not None and not self._transport.is_closing():
+                self._transport.write(frame)
+        if _running_loop() is self.loop:
+            write()
+        else:
+            self.loop.call_soon_threadsafe(write)
 
     # -- calls -------------------------------------------------------------------------------
 
@@ -124,10 +147,11 @@ class WorkerProcess:
         if not self._calls:
             self._last_frame = time.monotonic()   # the watchdog measures this work from now
         self._calls[cid] = done
-        self.outbox.put_frame(frame)
+        self._send(frame)
         return done
 
     def call(self, name: str, *args: Any) -> Any:
+        """`call_async` and wait: never on the event loop's thread (the reply is read there)."""
         return self.call_async(name, *args).result()
 
     def has_work(self) -> bool:
@@ -139,27 +163,31 @@ class WorkerProcess:
                                       self.crash_cause or "exit")
         return EngineClosedError("model was unloaded")
 
-    # -- frames ------------------------------------------------------------------------------
+    # -- frames (on the event loop) ----------------------------------------------------------
 
-    def _read(self) -> None:
-        while True:
-            try:
-                message = self.wire.recv()
-            except ConnectionClosed:
-                break
-            self._last_frame = time.monotonic()
-            if message[0] == "step":
-                self.on_frame(message)
-            elif message[0] == "reply":
-                _, cid, ok, value = message
-                done = self._calls.pop(cid, None)
-                if done is not None:
-                    if ok:
-                        done.set_result(value)
-                    else:
-                        done.set_exception(decode_error(value))
+    def _on_message(self, message: Any) -> None:
+        self._last_frame = time.monotonic()
+        if message[0] == "step":
+            self.on_frame(message)
+        elif message[0] == "reply":
+            _, cid, ok, value = message
+            done = self._calls.pop(cid, None)
+            if done is not None:
+                if ok:
+                    done.set_result(value)
+                else:
+                    done.set_exception(decode_error(value))
+
+    def _on_lost(self) -> None:
         self._exited.set()
-        returncode = self._wait(5)
+        returncode = self.proc.poll()
+        if returncode is None:          # the socket closed first; the exit status follows at once
+            self.loop.run_in_executor(None, self._wait, 5).add_done_callback(
+                lambda f: self._finish(f.result()))
+        else:
+            self._finish(returncode)
+
+    def _finish(self, returncode: int | None) -> None:
         if not self._closing:
             self._note_exit(returncode)
             log.error("model '%s': its worker process (pid %d) %s", self.label, self.pid, self.crash_reason)
@@ -168,6 +196,7 @@ class WorkerProcess:
         for done in calls.values():
             done.set_exception(error)
         self.on_exit(error)
+        self._finished.set()
         if self.crash_reason is not None and self.on_crash is not None:
             self.on_crash(self)
 
@@ -217,21 +246,27 @@ class WorkerProcess:
         return not self._exited.is_set()
 
     def close(self, timeout: float = 10.0) -> None:
-        """Ask the worker to finish and exit (it fails what it still runs); kill it after `timeout`."""
+        """Ask the worker to finish and exit (it fails what it still runs); kill it after `timeout`.
+        Blocks: call it off the event loop."""
         self._closing = True
-        self.outbox.put(("close",))
-        self._stop_process(timeout)
-        if self._reader is not None:
-            self._reader.join(timeout)
+        if self.alive:
+            self._send(self.wire.encode(("close",)))
+        self._wait(timeout)
+        self._finished.wait(timeout)
 
     def _stop_process(self, timeout: float = 5.0) -> None:
+        """A worker that never came up: end it and close the socket."""
         self._closing = True
         self._wait(timeout)
         self._exited.set()
-        self.outbox.stop()
         self.wire.close()
 
-    _reader: threading.Thread | None = None
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 __all__ = ["CAUSES", "WorkerProcess", "describe_exit", "process_rss"]

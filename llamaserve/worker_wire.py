@@ -1,5 +1,8 @@
 """The framing between the server and a model's worker process: length-prefixed msgpack over a socket pair.
 
+`Wire` is the blocking side (the worker, and the server while a worker loads); `FrameProtocol`
+reads the same frames on the server's event loop once the worker is up.
+
 One frame is a 4-byte big-endian length and a msgpack body (msgspec). The worker sends one
 frame of events per engine step (every token every running sequence sampled in that step),
 never a frame per token, and the server sends one frame per request, cancel or call. Messages
@@ -9,10 +12,11 @@ pickle).
 
 from __future__ import annotations
 
-import queue
+import asyncio
 import socket
 import struct
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -53,6 +57,10 @@ class Wire:
             except OSError as exc:
                 raise ConnectionClosed(str(exc)) from None
 
+    def leftover(self) -> bytes:
+        """Bytes read past the last frame `recv` returned (for whoever reads the socket next)."""
+        return bytes(self._buffer)
+
     def recv(self) -> Any:
         size = _HEADER.unpack(self._read(_HEADER.size))[0]
         if size > MAX_FRAME:
@@ -81,38 +89,45 @@ class Wire:
         self.sock.close()
 
 
-class Outbox:
-    """Sends from a thread of its own: a caller (the event loop) never blocks on a full socket
-    buffer, even when the peer has stopped reading (a hung or stopped worker)."""
+class FrameProtocol(asyncio.Protocol):
+    """The event loop's side of a socket: complete frames go to `on_message`, the end to `on_lost`.
 
-    def __init__(self, wire: Wire, name: str) -> None:
-        self.wire = wire
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()     # frames, and _STOP
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
+    Reading on the loop itself (no reader thread) hands each step's tokens to the HTTP side
+    with no thread switch and no wait for the GIL.
+    """
 
-    def put(self, message: Any) -> None:
-        """Encode `message` now (a bad value raises ValueError here, in the caller) and send it soon."""
-        self._queue.put(self.wire.encode(message))
+    def __init__(self, on_message: Callable[[Any], None], on_lost: Callable[[], None], initial: bytes = b"") -> None:
+        self.on_message, self.on_lost = on_message, on_lost
+        self._decoder = msgspec.msgpack.Decoder()
+        self._buffer = bytearray(initial)
+        self.transport: asyncio.Transport | None = None
 
-    def put_frame(self, frame: bytes) -> None:
-        """Send a frame already made with Wire.encode."""
-        self._queue.put(frame)
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport      # type: ignore[assignment]
+        self._drain()
 
-    def stop(self) -> None:
-        self._queue.put(_STOP)
+    def data_received(self, data: bytes) -> None:
+        self._buffer += data
+        self._drain()
 
-    def _run(self) -> None:
-        while True:
-            message = self._queue.get()
-            if message is _STOP:
+    def _drain(self) -> None:
+        buf = self._buffer
+        while len(buf) >= _HEADER.size:
+            size = _HEADER.unpack_from(buf)[0]
+            if size > MAX_FRAME:
+                assert self.transport is not None
+                self.transport.abort()
                 return
-            try:
-                self.wire.send_frame(message)
-            except ConnectionClosed:
-                return           # the reader sees the closed connection and reports it
+            end = _HEADER.size + size
+            if len(buf) < end:
+                return
+            message = self._decoder.decode(bytes(buf[_HEADER.size:end]))
+            del buf[:end]
+            self.on_message(message)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.on_lost()
 
 
-_STOP = object()
 
-__all__ = ["ConnectionClosed", "MAX_FRAME", "Outbox", "Wire"]
+__all__ = ["ConnectionClosed", "FrameProtocol", "MAX_FRAME", "Wire"]
