@@ -11,8 +11,12 @@ requests/s over time) and prints requests/s, outcome counts, 5xx/503 counts and 
 Exit status 1 when an answer differed from its single-request answer, a request failed or got
 a 5xx other than 503 with Retry-After, sequences stayed active, or the server did not exit 0.
 
+With ``--isolation process`` (the default) the models run in worker processes and the RSS is the
+server process's own; ``--kill-every N`` SIGKILLs the loaded model's worker after every N
+finished requests (streams then end with a model_crashed error event, a documented outcome).
+
 Usage: python benchmarks/soak.py [--minutes 10] [--clients 16] [--out DIR] [--threads N]
-       [--sample 2] [--max-tokens 12] [--workdir DIR]
+       [--sample 2] [--max-tokens 12] [--workdir DIR] [--isolation process|thread] [--kill-every N]
 """
 
 from __future__ import annotations
@@ -106,13 +110,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sample", type=float, default=2.0, help="seconds between RSS samples")
     ap.add_argument("--max-tokens", type=int, default=scenario.MAX_TOKENS)
     ap.add_argument("--workdir", type=Path, help="where models, config and server log go (default: a temp dir)")
+    ap.add_argument("--isolation", choices=("process", "thread"), default="process",
+                    help="where the models run: worker processes (the server's default) or server threads")
+    ap.add_argument("--kill-every", type=int, metavar="N",
+                    help="SIGKILL the loaded model's worker after every N finished requests (process isolation)")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     work = args.workdir or Path(tempfile.mkdtemp(prefix="llamaserve-soak-"))
     work.mkdir(parents=True, exist_ok=True)
 
     models = scenario.write_models(work / "models")
-    proc = ServerProcess(scenario.server_config(models, args.threads), work, name="soak.yaml").start()
+    if args.kill_every and args.isolation != "process":
+        ap.error("--kill-every needs --isolation process")
+    config = scenario.server_config(models, args.threads, isolation=args.isolation)
+    proc = ServerProcess(config, work, name="soak.yaml").start()
     url = proc.base_url
     ok = True
     try:
@@ -121,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.monotonic()
         sampler = RSSSampler(proc.proc.pid, args.sample, t0)
         sampler.start()
+        killer = scenario.WorkerKiller(proc.proc.pid, args.kill_every)
         done: list[tuple[float, str]] = []
         outcomes: list[scenario.Outcome] = []
         round_rss: list[int] = []
@@ -129,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
             jobs = scenario.plan(ROUND, seed=r, start=ROUND * r)
             outcomes += asyncio.run(scenario.run_jobs(
                 url, jobs, clients=args.clients, max_tokens=args.max_tokens,
-                on_done=lambda o: done.append((round(time.monotonic() - t0, 3), o.kind))))
+                on_done=lambda o: (done.append((round(time.monotonic() - t0, 3), o.kind)), killer(o))))
             round_rss.append(scenario.rss_kib(proc.proc.pid))
             r += 1
             served = sum(k in ("completed", "disconnected") for _, k in done)
@@ -141,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         sampler.join()
     finally:
         code = proc.stop()
-    summary = scenario.judge(outcomes, refs)
+    summary = scenario.judge(outcomes, refs, crashes_allowed=bool(args.kill_every))
     base = round_rss[1] if len(round_rss) > 1 else round_rss[0]
     figures = {
         "minutes": round(elapsed / 60, 2), "clients": args.clients, "max_tokens": args.max_tokens,
@@ -156,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         "rss_kib_after_each_round": round_rss,
         "rss_growth_after_round_2_to_end": round((round_rss[-1] - base) / base, 4),
         **rss_thirds(sampler.samples, elapsed),
-        "server_exit_code": code,
+        "server_exit_code": code, "isolation": args.isolation, "worker_kills": len(killer.kills),
     }
     ok = (not summary.problems and not summary.mismatches and code == 0
           and figures["active_sequences_after"] == 0 and summary.kinds["completed"] > 0)

@@ -107,19 +107,35 @@ class Engine:
         return None if s.drafter is None else (s.drafted, s.accepted)
 
     def submit(self, req: GenRequest) -> None:
+        error = self.submit_all([req])[0]
+        if error is not None:
+            raise error
+
+    def submit_all(self, reqs: list[GenRequest]) -> list[Exception | None]:
+        """Queue several requests at once (so they enter the same step); per request, the error
+        that refused it (ValueError, EngineClosedError, QueueFullError) or None."""
+        errors: list[Exception | None] = [self._check(req) for req in reqs]
+        with self._cond:
+            for i, req in enumerate(reqs):
+                if errors[i] is not None:
+                    continue
+                if self._closed:
+                    errors[i] = EngineClosedError("model is unloading")
+                elif self._unfinished >= self.capacity:
+                    errors[i] = QueueFullError(f"queue is full ({self.max_queue} waiting)")
+                else:
+                    self._unfinished += 1
+                    self._inbox.append(req)
+            self._cond.notify()
+        return errors
+
+    def _check(self, req: GenRequest) -> Exception | None:
         for path, _ in req.adapters:
             if path not in self.adapters or path in self._retired:
-                raise ValueError(f"adapter {path} is not loaded on this model")
+                return ValueError(f"adapter {path} is not loaded on this model")
         if len(req.tokens) >= self.n_ctx_seq:
-            raise ValueError(f"prompt has {len(req.tokens)} tokens; the context holds {self.n_ctx_seq}")
-        with self._cond:
-            if self._closed:
-                raise EngineClosedError("model is unloading")
-            if self._unfinished >= self.capacity:
-                raise QueueFullError(f"queue is full ({self.max_queue} waiting)")
-            self._unfinished += 1
-            self._inbox.append(req)
-            self._cond.notify()
+            return ValueError(f"prompt has {len(req.tokens)} tokens; the context holds {self.n_ctx_seq}")
+        return None
 
     def add_adapter(self, path: str) -> LoraAdapter:
         """Load the adapter at `path` onto this model (once) and return it.

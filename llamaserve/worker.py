@@ -63,15 +63,18 @@ class EngineHost:
         self.engine.on_step = self.flush
         self.engine.start()
 
-    def submit(self, rid: int, tokens: list[int], sampling: dict, max_tokens: int, adapters: list,
-               n_logprobs: int | None, ignore_eos: bool) -> None:
-        req = GenRequest(tokens, decode_sampling(sampling), max_tokens, tuple((p, s) for p, s in adapters),
-                         self._emitter(rid), n_logprobs=n_logprobs, ignore_eos=ignore_eos)
-        self.requests[rid] = req
-        try:
-            self.engine.submit(req)
-        except Exception as exc:          # the server checked the same limits; a race at most
-            req.emit(Failed(exc))
+    def submit(self, items: list[list]) -> None:
+        """Requests that arrived in one frame, queued together (they enter the same step)."""
+        reqs = []
+        for rid, tokens, sampling, max_tokens, adapters, n_logprobs, ignore_eos in items:
+            req = GenRequest(tokens, decode_sampling(sampling), max_tokens, tuple((p, s) for p, s in adapters),
+                             self._emitter(rid), n_logprobs=n_logprobs, ignore_eos=ignore_eos)
+            self.requests[rid] = req
+            reqs.append(req)
+        refused = [(req, e) for req, e in zip(reqs, self.engine.submit_all(reqs)) if e is not None]
+        for req, error in refused:       # the server checked the same limits; a race at most
+            req.emit(Failed(error))
+        if refused:
             self.flush()
 
     def cancel(self, rid: int) -> None:
@@ -134,7 +137,7 @@ def serve(wire: Wire, host: EngineHost | EmbedHost) -> None:
             return
         kind = message[0]
         if kind == "submit" and isinstance(host, EngineHost):
-            host.submit(*message[1:])
+            host.submit(message[1])
         elif kind == "cancel" and isinstance(host, EngineHost):
             host.cancel(message[1])
         elif kind == "call":

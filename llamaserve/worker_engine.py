@@ -14,6 +14,8 @@ import threading
 import time
 from typing import Any
 
+import msgspec
+
 from llamacore import Model
 from llamacore.events import Failed
 from llamaserve.errors import QueueFullError
@@ -40,6 +42,7 @@ class WorkerEngine(WorkerProcess):
         self._speculative = bool(spec.get("speculative"))
         self._max_queue = spec["max_queue"]
         self.adapters: dict[str, bool] = {}
+        self._submitting: list[msgspec.Raw] = []       # encoded submissions not yet sent
         super().__init__({**spec, "kind": "engine"}, **options)
         self.n_ctx_seq: int = self.info["n_ctx_seq"]
         self.capacity: int = self.info["capacity"]
@@ -76,8 +79,8 @@ class WorkerEngine(WorkerProcess):
         if len(req.tokens) >= self.n_ctx_seq:
             raise ValueError(f"prompt has {len(req.tokens)} tokens; the context holds {self.n_ctx_seq}")
         rid = next(self._ids)
-        frame = self.wire.encode(("submit", rid, req.tokens, encode_sampling(req.sampling), req.max_tokens,
-                                  [list(a) for a in req.adapters], req.n_logprobs, req.ignore_eos))
+        item = self.wire.encode_item([rid, req.tokens, encode_sampling(req.sampling), req.max_tokens,
+                                      [list(a) for a in req.adapters], req.n_logprobs, req.ignore_eos])
         with self._lock:
             if not self.alive or self._closing:
                 raise self._gone_error()
@@ -87,7 +90,15 @@ class WorkerEngine(WorkerProcess):
                 self._last_frame = time.monotonic()   # the watchdog measures this work from now
             self._requests[rid] = req
         req.on_cancel = lambda: self._cancel(rid)
-        self._send(frame)
+        # the submissions of one event-loop turn (a request's n choices, a burst of clients) go
+        # in one frame, so the worker queues them together and they share the next step
+        if not self._submitting:
+            self.loop.call_soon(self._send_submissions)
+        self._submitting.append(item)
+
+    def _send_submissions(self) -> None:
+        items, self._submitting = self._submitting, []
+        self._send(self.wire.encode(("submit", items)))
 
     def _cancel(self, rid: int) -> None:
         if rid in self._requests and self.alive:

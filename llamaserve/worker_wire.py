@@ -47,6 +47,13 @@ class Wire:
             raise ValueError(f"the request holds a value that cannot be processed: {exc}") from None
         return _HEADER.pack(len(body)) + body
 
+    def encode_item(self, item: Any) -> msgspec.Raw:
+        """`item` encoded once, to be placed in a later frame as it is (ValueError as `encode`)."""
+        try:
+            return msgspec.Raw(self._encoder.encode(item))
+        except (OverflowError, TypeError) as exc:
+            raise ValueError(f"the request holds a value that cannot be processed: {exc}") from None
+
     def send(self, message: Any) -> None:
         self.send_frame(self.encode(message))
 

@@ -14,6 +14,7 @@ import asyncio
 import json
 import os
 import random
+import signal
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -268,6 +269,38 @@ def references(base_url: str, jobs: list[Job], max_tokens: int = MAX_TOKENS) -> 
 
 
 # -- measuring the server -------------------------------------------------------------------
+
+def child_pids(pid: int) -> list[int]:
+    """The live child processes of `pid` (the server's model workers with isolation: process)."""
+    children = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid and fields[0] != "Z":
+                children.append(int(entry))
+    return children
+
+
+class WorkerKiller:
+    """Kills the server's model workers (SIGKILL) after every `every` finished requests, half-way
+    between hundreds (the RSS samples are taken at hundreds, not while a model reloads)."""
+
+    def __init__(self, server_pid: int, every: int | None) -> None:
+        self.server_pid, self.every = server_pid, every
+        self.finished = 0
+        self.kills: list[int] = []
+
+    def __call__(self, outcome: Outcome) -> None:
+        self.finished += 1
+        if self.every and self.finished % self.every == self.every // 2:
+            for pid in child_pids(self.server_pid):
+                os.kill(pid, signal.SIGKILL)
+                self.kills.append(pid)
+
 
 def rss_kib(pid: int) -> int:
     """Resident set size of a process, from /proc/<pid>/status (Linux)."""
