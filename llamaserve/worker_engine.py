@@ -24,6 +24,9 @@ from llamaserve.worker_messages import FINISHED, FAILED, decode_event, encode_sa
 from llamaserve.worker_process import WorkerProcess
 
 
+GATHER = 0.001     # seconds an idle worker's first submission waits for others arriving with it
+
+
 def vocab_model(path: str, model_kwargs: dict[str, Any]) -> Model:
     """The model's tokenizer and metadata without its weights (what the server process needs)."""
     keep = {k: v for k, v in model_kwargs.items() if k == "kv_overrides"}
@@ -93,7 +96,10 @@ class WorkerEngine(WorkerProcess):
         # the submissions of one event-loop turn (a request's n choices, a burst of clients) go
         # in one frame, so the worker queues them together and they share the next step
         if not self._submitting:
-            self.loop.call_soon(self._send_submissions)
+            if self._active or len(self._requests) > 1:
+                self.loop.call_soon(self._send_submissions)     # they join the next step anyway
+            else:         # an idle worker: gather a burst of arrivals into its first step
+                self.loop.call_later(GATHER, self._send_submissions)
         self._submitting.append(item)
 
     def _send_submissions(self) -> None:
