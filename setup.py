@@ -33,6 +33,10 @@ LLAMA_CMAKE_FLAGS = [
     "-DLLAMA_BUILD_SERVER=OFF",
     "-DLLAMA_BUILD_COMMON=OFF",
     "-DLLAMA_CURL=OFF",
+    # the ggml RPC backend (two small files): models split across hosts, `llamaserve rpc-worker`;
+    # RDMA off so the link never needs libibverbs
+    "-DGGML_RPC=ON",
+    "-DGGML_RPC_RDMA=OFF",
 ]
 
 
@@ -82,8 +86,11 @@ def build_llama_cpp() -> Path:
         else:
             cache.unlink()        # configured by a cmake that is gone; reconfigure (ccache keeps it quick)
             shutil.rmtree(build / "CMakeFiles", ignore_errors=True)
-    if not cache.exists():
+    configured = build / "llamacore-cmake-flags.txt"      # the flags the folder was configured with
+    wanted = "\n".join([*flags, *user_args])
+    if not cache.exists() or not configured.exists() or configured.read_text() != wanted:
         subprocess.run([cmake, "-S", str(source), "-B", str(build), *flags, *user_args], check=True)
+        configured.write_text(wanted)
     jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 2))
     subprocess.run([cmake, "--build", str(build), "--target", "llama", "-j", jobs], check=True)
     return build

@@ -11,6 +11,7 @@ cnp.import_array()
 
 include "core/log.pyx"
 include "core/backend.pyx"
+include "core/rpc.pyx"
 include "core/model.pyx"
 include "core/adapter.pyx"
 include "core/batch.pyx"

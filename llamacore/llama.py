@@ -37,7 +37,7 @@ class Llama:
         self,
         model_path: str | os.PathLike,
         *,
-        n_gpu_layers: int = 0,
+        n_gpu_layers: int | None = None,
         split_mode: str = "layer",
         main_gpu: int = 0,
         tensor_split: list[float] | None = None,
@@ -65,14 +65,18 @@ class Llama:
         chat_format: str | None = None,
         chat_template: str | None = None,
         verbose: bool = False,
+        rpc_servers: list[str] | str | None = None,
     ) -> None:
+        """`rpc_servers` ("host:port", ... or llama-server's comma-separated string): offload to
+        those ggml RPC workers (`llamaserve rpc-worker`); `n_gpu_layers` None is 0, or every layer
+        with `rpc_servers`."""
         set_verbose(verbose)
         self.model_path = os.fspath(model_path)
         self.verbose = verbose
         self.seed = seed
         self.model = Model(self.model_path, n_gpu_layers=n_gpu_layers, use_mmap=use_mmap, use_mlock=use_mlock,
                            vocab_only=vocab_only, main_gpu=main_gpu, tensor_split=tensor_split,
-                           kv_overrides=kv_overrides, split_mode=split_mode)
+                           kv_overrides=kv_overrides, split_mode=split_mode, rpc_servers=rpc_servers)
         self.embedding = embedding
         if n_ctx == 0:
             n_ctx = self.model.n_ctx_train

@@ -34,7 +34,7 @@ SPLIT_MODES = ("none", "layer", "row")
 
 # Load keys that go to Model(...), under the same names.
 MODEL_KEYS = frozenset({"n_gpu_layers", "main_gpu", "split_mode", "tensor_split", "use_mmap", "use_mlock",
-                        "kv_overrides"})
+                        "kv_overrides", "rpc_servers"})
 
 # Load keys that go to Context(...), under the same names. n_ctx is a Context key too, but the
 # caller sizes it (a server multiplies it by the number of parallel sequences).

@@ -106,7 +106,37 @@ def build_parser() -> argparse.ArgumentParser:
     init.add_argument("directory", metavar="DIR", help="folder holding .gguf files")
     init.add_argument("-o", "--output", metavar="FILE", help="where to write (default: DIR/llamaserve.yaml)")
     init.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
+    rpc = commands.add_parser(
+        "rpc-worker", help="serve this machine's GPU (else CPU) to models split across hosts (ggml RPC)",
+        description="Run a ggml RPC worker: model entries with rpc_servers: [HOST:PORT] put their offloaded "
+                    "layers on it. The protocol has no authentication and no encryption: listen on "
+                    "loopback (the default) or a trusted private network only. One worker serves one "
+                    "client (one model's worker process) at a time.")
+    rpc.add_argument("--host", default="127.0.0.1", help="IPv4 address to listen on (default 127.0.0.1)")
+    rpc.add_argument("--port", type=int, default=50052, help="port to listen on (default 50052)")
+    rpc.add_argument("--threads", type=int, metavar="N", help="CPU threads for computing (default: all cores)")
+    rpc.add_argument("--cache-dir", metavar="DIR",
+                     help="keep large tensors here, so a client reloading a model sends only their hashes")
     return parser
+
+
+def rpc_worker(args: argparse.Namespace) -> int:
+    """`llamaserve rpc-worker`: blocks serving until stopped."""
+    from llamacore import rpc
+
+    if not rpc.is_loopback(args.host):
+        print(f"llamaserve: WARNING: the RPC worker listens on {args.host}, beyond this machine. The ggml RPC "
+              "protocol has no authentication and no encryption: anyone who reaches this port can run "
+              "computations and read or write memory of this process. Only use it on a trusted network.",
+              file=sys.stderr, flush=True)
+    if args.cache_dir:
+        os.makedirs(args.cache_dir, exist_ok=True)
+    try:
+        rpc.serve(args.host, args.port, args.threads, args.cache_dir)
+    except (OSError, ValueError) as exc:
+        print(f"llamaserve: {exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
@@ -294,6 +324,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "check":
             print(describe(load_config(args.file)))
             return 0
+        if args.command == "rpc-worker":
+            return rpc_worker(args)
         if args.command == "init-config":
             path = write_starter_config(args.directory, args.output, args.force)
             print(f"wrote {path}; check it with: llamaserve check {path}")

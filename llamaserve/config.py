@@ -26,6 +26,7 @@ from llamaserve.config_adapters import (
 )
 from llamaserve.config_checks import LINE_BREAKS, Problems, config_path, path_is, read_gguf
 from llamaserve.config_keys import (
+    DEFAULT_ISOLATION,
     DEPRECATED_KEYS,
     ENTRY_KEYS,
     LOAD_KEYS,
@@ -244,6 +245,9 @@ def _entry(label: str, raw: dict, base_dir: Path, problems: Problems) -> tuple[s
         problems.add(f"{label}.model_alias", "give either alias or model_alias, not both")
     for key, message in kind_problems(raw):
         problems.add(f"{label}.{key}", message)
+    if raw.get("rpc_servers") and (raw.get("isolation") or DEFAULT_ISOLATION) == "thread":
+        problems.add(f"{label}.rpc_servers", "needs isolation: process (llama.cpp ends the process it runs in "
+                                             "when an RPC worker goes away; a worker process contains that)")
     model = config_path(raw["model"], base_dir)
     arch = _model_architecture(model, f"{label}.model", problems)
     adapters = lora_adapters(raw.get("lora_adapters", {}), base_dir, f"{label}.lora_adapters", problems)

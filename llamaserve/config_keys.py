@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from llamacore.json_grammar import WHITESPACE
+from llamacore.rpc import parse_endpoint
 from llamacore.options import (
     EMBEDDING_ONLY_KEYS,
     FLASH_ATTN,
@@ -23,6 +24,7 @@ from llamacore.options import (
 )
 
 ISOLATION_MODES = ("thread", "process")
+DEFAULT_ISOLATION = "process"     # chosen by measurement: benchmarks/bench_isolation.py
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*(?:([kmgtp])(i)?)?(b)?\s*$", re.IGNORECASE)
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*(s|m|h)?\s*$", re.IGNORECASE)
@@ -195,6 +197,19 @@ def _folders(v: Any) -> list[str]:
     return _list_of(string, "folders")(v)
 
 
+def _rpc_servers(v: Any) -> list[str]:
+    """RPC worker endpoints: a list of "host:port" (or llama-server's comma-separated string)."""
+    if isinstance(v, str):
+        v = [s for s in v.split(",") if s.strip()]
+    endpoints = _list_of(string, "host:port strings")(v)
+    if not endpoints:
+        raise Invalid("expected at least one host:port")
+    try:
+        return [parse_endpoint(e) for e in endpoints]
+    except ValueError as e:
+        raise Invalid(str(e)) from None
+
+
 SPECULATIVE_KEYS = ("draft_model", "n_draft", "ngram_size", "p_min")
 
 
@@ -242,7 +257,7 @@ LOAD_KEYS: dict[str, Check] = {      # the keys of llamacore.options.LOAD_KEYS
     "flash_attn": _flash_attn,
     "type_k": _choice(KV_CACHE_TYPES), "type_v": _choice(KV_CACHE_TYPES), "offload_kqv": _bool,
     "rope_freq_base": _float(), "rope_freq_scale": _float(), "embedding": _bool,
-    "pooling_type": _pooling, "kv_overrides": _kv_overrides,
+    "pooling_type": _pooling, "kv_overrides": _kv_overrides, "rpc_servers": _rpc_servers,
     "seed": _int(),
 }
 ENTRY_KEYS: dict[str, Check] = {

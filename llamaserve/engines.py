@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 from llamacore import Llama
 from llamacore.options import CONTEXT_KEYS, MODEL_KEYS
+from llamaserve.config_keys import DEFAULT_ISOLATION
 from llamaserve.engine import Engine
 from llamaserve.logs import request_id
 from llamaserve.settings import ModelEntry, ServerConfig
@@ -21,7 +22,6 @@ from llamaserve.speculative import PromptLookup
 from llamaserve.worker_engine import WorkerEmbedder, WorkerEngine
 from llamaserve.worker_process import WorkerProcess
 
-DEFAULT_ISOLATION = "process"
 DEFAULT_STEP_TIMEOUT = 120.0     # seconds a worker may go without finishing an engine step while it has work
 
 OnCrash = Callable[[WorkerProcess], None]

@@ -23,6 +23,7 @@ from typing import Any
 
 from llamacore.events import EngineEvent, Failed, Finished, FinishReason, Token
 from llamacore.logprobs import TokenLogprob
+from llamacore.rpc import RPCUnavailableError
 from llamacore.sampling import SamplingParams
 from llamaserve.errors import EngineClosedError, QueueFullError
 
@@ -31,7 +32,7 @@ TOKEN, FINISHED, FAILED = 0, 1, 2
 # exception types that keep their type across the process line (the server maps them to statuses)
 _ERRORS: dict[str, type[BaseException]] = {
     t.__name__: t for t in (ValueError, FileNotFoundError, PermissionError, KeyError, OverflowError,
-                            EngineClosedError, QueueFullError, MemoryError)}
+                            EngineClosedError, QueueFullError, MemoryError, RPCUnavailableError)}
 
 
 def encode_error(exc: BaseException) -> tuple[str, str]:

@@ -58,24 +58,31 @@ cdef class Model:
         self.ptr = NULL
         self.vocab = NULL
 
-    def __init__(self, path, *, int n_gpu_layers=0, bint use_mmap=True, bint use_mlock=False,
+    def __init__(self, path, *, n_gpu_layers=None, bint use_mmap=True, bint use_mlock=False,
                  bint vocab_only=False, int main_gpu=0, tensor_split=None, dict kv_overrides=None,
-                 str split_mode="layer", bint check_tensors=False):
+                 str split_mode="layer", bint check_tensors=False, rpc_servers=None):
+        """`rpc_servers` ("host:port", ...): put the offloaded layers on those ggml RPC workers
+        (llamaserve rpc-worker), weighed by `tensor_split`; each is checked before loading
+        (llamacore.rpc.RPCUnavailableError). `n_gpu_layers` None means 0, or every layer
+        when `rpc_servers` is given."""
         if self.ptr != NULL:
             raise RuntimeError("Model is already initialized")
         self.path = _check_gguf_file(path, "model")
         if split_mode not in _SPLIT_MODES:
             raise ValueError(f"split_mode {split_mode!r} is not one of {', '.join(_SPLIT_MODES)}")
+        if isinstance(rpc_servers, str):
+            rpc_servers = [s for s in rpc_servers.split(",") if s.strip()]   # llama-server's --rpc spelling
         cdef llama.llama_model_params params = llama.llama_model_default_params()
-        params.n_gpu_layers = n_gpu_layers
+        params.n_gpu_layers = (-1 if rpc_servers else 0) if n_gpu_layers is None else n_gpu_layers
         params.load_mode = _LOAD_MODES[(use_mmap, use_mlock)]
         params.vocab_only = vocab_only
         params.main_gpu = main_gpu
         params.check_tensors = check_tensors
         params.split_mode = _SPLIT_MODES[split_mode]
 
-        cdef vector[float] split            # both must outlive the load call
+        cdef vector[float] split            # these must outlive the load call
         cdef vector[llama.llama_model_kv_override] overrides
+        cdef vector[ggml.ggml_backend_dev_t] devices
         cdef bytes bpath = self.path.encode()
         cdef const char * cpath = bpath
         if tensor_split:
@@ -89,6 +96,10 @@ cdef class Model:
         if kv_overrides:
             _build_kv_overrides(kv_overrides, overrides)
             params.kv_overrides = overrides.data()
+        if rpc_servers and not vocab_only:
+            _rpc_devices(list(rpc_servers), devices, RPC_PREFLIGHT_TIMEOUT)
+            devices.push_back(NULL)
+            params.devices = devices.data()
         _error_mark()
         with nogil:
             self.ptr = llama.llama_model_load_from_file(cpath, params)

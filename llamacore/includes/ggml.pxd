@@ -53,5 +53,19 @@ cdef extern from "ggml-backend.h" nogil:
     const char * ggml_backend_reg_name(ggml_backend_reg_t reg)
     size_t ggml_backend_reg_dev_count(ggml_backend_reg_t reg)
     ggml_backend_dev_t ggml_backend_reg_dev_get(ggml_backend_reg_t reg, size_t index)
+    enum ggml_backend_dev_type:
+        GGML_BACKEND_DEVICE_TYPE_CPU
+        GGML_BACKEND_DEVICE_TYPE_GPU
+        GGML_BACKEND_DEVICE_TYPE_IGPU
+        GGML_BACKEND_DEVICE_TYPE_ACCEL
+        GGML_BACKEND_DEVICE_TYPE_META
+
     const char * ggml_backend_dev_name(ggml_backend_dev_t device)
     const char * ggml_backend_dev_description(ggml_backend_dev_t device)
+    void ggml_backend_dev_memory(ggml_backend_dev_t device, size_t * free, size_t * total)
+    # shares its C name with the enum above
+    ggml_backend_dev_type ggml_backend_dev_get_type "ggml_backend_dev_type"(ggml_backend_dev_t device)
+
+    size_t ggml_backend_dev_count()
+    ggml_backend_dev_t ggml_backend_dev_get(size_t index)
+    ggml_backend_dev_t ggml_backend_dev_by_type(ggml_backend_dev_type type)

@@ -5,7 +5,8 @@
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libcpp cimport bool as cbool
 
-from llamacore.includes.ggml cimport ggml_type, ggml_log_callback, ggml_abort_callback, ggml_numa_strategy
+from llamacore.includes.ggml cimport (ggml_type, ggml_log_callback, ggml_abort_callback, ggml_numa_strategy,
+                                     ggml_backend_dev_t)
 
 
 cdef extern from "llama.h" nogil:
@@ -108,6 +109,7 @@ cdef extern from "llama.h" nogil:
         char val_str[128]
 
     struct llama_model_params:
+        ggml_backend_dev_t * devices
         int32_t n_gpu_layers
         llama_split_mode split_mode
         llama_load_mode load_mode
@@ -175,6 +177,7 @@ cdef extern from "llama.h" nogil:
 
     int64_t llama_time_us()
     size_t llama_max_devices()
+    bint llama_supports_rpc()
     size_t llama_max_parallel_sequences()
     bint llama_supports_mmap()
     bint llama_supports_mlock()

@@ -8,6 +8,7 @@ from libcpp cimport bool as cbool
 from libcpp.vector cimport vector
 
 from llamacore.includes cimport ggml
+from llamacore.includes cimport ggml_rpc
 
 import collections
 import errno
