@@ -33,6 +33,8 @@ CMAKE_FLAGS = [
     "-DLLAMA_BUILD_UI=OFF",
     "-DLLAMA_USE_PREBUILT_UI=OFF",  # no web-UI download while configuring llama-server
     "-DLLAMA_OPENSSL=OFF",
+    "-DGGML_RPC=ON",                 # llama-server --rpc, as llamacore builds it (bench_rpc.py)
+    "-DGGML_RPC_RDMA=OFF",
     # LLAMA_CURL is deprecated and ignored in this llama.cpp version, so it is not passed.
 ]
 
@@ -46,13 +48,25 @@ def tool_path(name: str) -> Path:
     return BUILD / "bin" / name
 
 
-def _configure() -> None:
+def _flags() -> list[str]:
     flags = list(CMAKE_FLAGS)
     if shutil.which("ccache"):
         flags += ["-DCMAKE_C_COMPILER_LAUNCHER=ccache", "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache"]
+    return flags
+
+
+_STAMP = BUILD / "peer-tools-cmake-flags.txt"      # the flags the folder was configured with
+
+
+def _configured() -> bool:
+    return (BUILD / "CMakeCache.txt").is_file() and _STAMP.is_file() and _STAMP.read_text() == "\n".join(_flags())
+
+
+def _configure() -> None:
     _log(f"configuring {SOURCE} -> {BUILD}")
-    subprocess.run(["nice", "-n", "19", "cmake", "-S", str(SOURCE), "-B", str(BUILD), *flags],
+    subprocess.run(["nice", "-n", "19", "cmake", "-S", str(SOURCE), "-B", str(BUILD), *_flags()],
                    check=True, stdout=sys.stderr)
+    _STAMP.write_text("\n".join(_flags()))
 
 
 def ensure_tool(name: str, jobs: int = 2) -> Path:
@@ -60,14 +74,14 @@ def ensure_tool(name: str, jobs: int = 2) -> Path:
     if name not in TOOLS:
         raise ValueError(f"unknown tool {name!r}; expected one of {TOOLS}")
     path = tool_path(name)
-    if path.is_file():
+    if path.is_file() and _configured():
         return path
     BUILD.mkdir(parents=True, exist_ok=True)
     with open(BUILD / ".lock", "w") as lock:  # one build at a time across processes
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if path.is_file():
+        if path.is_file() and _configured():
             return path
-        if not (BUILD / "CMakeCache.txt").is_file():
+        if not _configured():          # new or changed flags: configure, then the target rebuilds
             _configure()
         _log(f"building {name} (-j {jobs}; this takes a while the first time)")
         subprocess.run(["nice", "-n", "19", "cmake", "--build", str(BUILD), "--target", name,

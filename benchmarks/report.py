@@ -131,6 +131,21 @@ def isolation_rows(iso: dict) -> list[Row]:
     return rows
 
 
+def rpc_rows(rpc: dict) -> list[Row]:
+    rows: list[Row] = []
+    for case, by_server in rpc["summary"].items():
+        ours, peer, local = (by_server.get(n) for n in ("llamaserve-rpc", "llama-server-rpc", "llamaserve-local"))
+        if ours and peer:
+            rows.append((f"{case[1:]} clients, 2 RPC workers: tokens/s", ours["tok_s"], "llama-server --rpc",
+                         peer["tok_s"], ""))
+            rows.append((f"{case[1:]} clients, 2 RPC workers: TTFT p50", ours["ttft_p50"], "llama-server --rpc",
+                         peer["ttft_p50"], "ms"))
+        if ours and local:
+            rows.append((f"{case[1:]} clients: tokens/s through RPC", ours["tok_s"], "llamaserve local",
+                         local["tok_s"], ""))
+    return rows
+
+
 def lora_switch_rows(sw: dict) -> list[Row]:
     served, inproc = sw["served"]["median_s"], sw["in_process"]["median_s"]
     ours, peer = served["llamaserve-lora"], served["llama-server-lora"]
@@ -254,6 +269,7 @@ def write(results: dict, json_path: Path) -> Path:
         ("lora_switch", "LoRA switch latency", lora_switch_rows, "lower"),
         ("isolation", "Process isolation (ours) vs thread (peer): throughput, TTFT, cold load, memory",
          isolation_rows, ""),
+        ("rpc", "A model split across two loopback RPC workers", rpc_rows, ""),
         ("rss_idle", "Server memory (RSS) before load, loaded, after idle unload", rss_rows, "lower"),
     ]
     for case, title, rows, better in sections:

@@ -35,6 +35,7 @@ import bench_load
 import bench_lora_switch
 import bench_mixed_lora
 import bench_prefix
+import bench_rpc
 import bench_server
 import machine
 import report
@@ -54,7 +55,8 @@ MODES = {
               "server_args": ["--clients", "1,4,8,16", "--reps", "1", "--retries", "0"],
               "mixed_args": ["--ranks", "8", "--adapters", "1,4,8", "--clients", "8", "--reps", "1", "--retries", "0"],
               "prefix_args": ["--clients", "8", "--prefix", "1500", "--reps", "1"],
-              "isolation_args": ["--reps", "1", "--load-reps", "2", "--retries", "0"]},
+              "isolation_args": ["--reps", "1", "--load-reps", "2", "--retries", "0"],
+              "rpc_args": ["--reps", "1"]},
     "full": {"core_models": [f"{s}-{d}" for s in ("small", "mid") for d in ("f16", "q8_0", "q4_0")],
              "core_reps": 3, "core_runs": 5, "idle_wait": 30, "llm_models": "tiny,small,mid",
              "llm_reps": 3, "llm_runs": 3, "switch_model": "small", "switch_reps": 10,
@@ -62,7 +64,8 @@ MODES = {
              "server_args": ["--clients", "1,4,8,16", "--reps", "3"],
              "mixed_args": ["--ranks", "8,64", "--adapters", "1,2,4,8", "--clients", "8,16", "--reps", "2"],
              "prefix_args": ["--clients", "8", "--prefix", "1500", "--reps", "3"],
-             "isolation_args": ["--reps", "7", "--load-reps", "5"]},
+             "isolation_args": ["--reps", "7", "--load-reps", "5"],
+             "rpc_args": ["--reps", "3"]},
 }
 
 
@@ -113,6 +116,11 @@ def _isolation(m: dict, threads: int, workdir: Path) -> dict:
                                  "--idle-wait", str(min(m["idle_wait"], 10)), *m["isolation_args"]])
 
 
+def _rpc(m: dict, threads: int, workdir: Path) -> dict:
+    return bench_rpc.main(["--model", m["server_model"], "--threads", str(threads), "--workdir", str(workdir),
+                           "--idle-wait", str(min(m["idle_wait"], 10)), *m["rpc_args"]])
+
+
 def _bandwidth(m: dict, threads: int, workdir: Path) -> dict:
     return machine.memory_bandwidth(threads)
 
@@ -129,6 +137,7 @@ CASES = {  # name -> (what it measures, runner)
     "mixed_lora": ("many adapters of one base in one batch, by adapter count and rank, vs llama-server", _mixed_lora),
     "shared_prefix": ("8 clients with one long system prompt: TTFT vs no sharing and llama-server", _prefix),
     "isolation": ("isolation: process vs thread (throughput 1/8 clients, TTFT, cold load, RSS)", _isolation),
+    "rpc": ("a model split across 2 loopback RPC workers: vs llama-server --rpc and vs local", _rpc),
 }
 
 
@@ -140,7 +149,7 @@ def prepare(m: dict, cases: list[str]) -> None:
     labels |= {f"{s}-f16" for s in m["llm_models"].split(",")} if "llm" in cases else set()
     labels |= {f"{m['load_model']}-f16", f"{m['load_model']}-q8_0"} if {"model_switch", "cold_load", "rss_idle"} & set(cases) else set()
     labels |= {f"{m['switch_model']}-f16"} if "lora_switch" in cases else set()
-    labels |= {f"{m['server_model']}-f16"} if {"server", "isolation"} & set(cases) else set()
+    labels |= {f"{m['server_model']}-f16"} if {"server", "isolation", "rpc"} & set(cases) else set()
     for label in sorted(labels):
         ensure_model(*label.split("-"))
     for size in {m["switch_model"]} if "lora_switch" in cases else set():

@@ -176,11 +176,12 @@ class ServerSet:
 
 def llamaserve(model: Path, workdir: Path, *, threads: int, parallel: int = 8, n_ctx: int = 256,
                max_queue: int = 64, loras: dict[str, Path] | None = None, name: str = "llamaserve",
-               others: dict[str, Path] | None = None, isolation: str | None = None, **settings) -> Server:
+               others: dict[str, Path] | None = None, isolation: str | None = None, defaults: dict | None = None,
+               **settings) -> Server:
     """llamaserve with alias "base" (and one alias per entry of ``loras``, adapter at 1.0, same base).
 
     ``others`` adds aliases of other model files; ``isolation`` (thread | process) goes into the
-    defaults (None: the server's default); ``settings`` are further top-level config keys
+    defaults (None: the server's default), as do ``defaults``; ``settings`` are further top-level config keys
     (``max_loaded_models``, ``idle_unload``, ...).
     """
     port = free_port()
@@ -192,7 +193,7 @@ def llamaserve(model: Path, workdir: Path, *, threads: int, parallel: int = 8, n
         "host": HOST, "port": port, "parallel": parallel, "max_queue": max_queue,
         "idle_unload": None,          # never unload between the benchmark's rounds
         "defaults": {"n_ctx": n_ctx, "n_threads": threads, "n_threads_batch": threads, "flash_attn": False,
-                     **({"isolation": isolation} if isolation else {})},
+                     **({"isolation": isolation} if isolation else {}), **(defaults or {})},
         "models": models, **settings,
     }
     workdir.mkdir(parents=True, exist_ok=True)

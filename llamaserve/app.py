@@ -7,6 +7,7 @@ import contextlib
 import logging
 import math
 import signal
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -41,6 +42,7 @@ from llamaserve.routes.embeddings import embeddings
 from llamaserve.routes.models import (
     get_model,
     health,
+    ready,
     list_models,
     lora_adapters,
     prometheus,
@@ -79,6 +81,8 @@ def create_app(config: ServerConfig) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette):
         registry.start()
+        if config.ready_requires_model:
+            registry.preload_default()
         try:
             yield
         finally:
@@ -98,6 +102,7 @@ def create_app(config: ServerConfig) -> Starlette:
         Route("/detokenize", detokenize, methods=["POST"]),
         Route("/apply-template", apply_template, methods=["POST"]),
         Route("/health", health, methods=["GET"]),
+        Route("/ready", ready, methods=["GET"]),
         Route("/metrics", prometheus, methods=["GET"]),
         Route("/openapi.json", _openapi, methods=["GET"]),
         Route("/admin/models", admin_models, methods=["GET"]),
@@ -133,15 +138,29 @@ class _Server(uvicorn.Server):
     """Graceful SIGTERM: stop accepting, give in-flight requests `grace` seconds, end the rest clearly
     (see llamaserve.shutdown), unload the models, and exit 0 instead of re-raising the signal."""
 
-    def __init__(self, config: uvicorn.Config, drain: Drain, grace: float) -> None:
+    def __init__(self, config: uvicorn.Config, drain: Drain, grace: float, delay: float = 0.0) -> None:
         super().__init__(config)
         self.drain = drain
         self.grace = grace
+        self.delay = delay
+        self._deadline: float | None = None
 
     def handle_exit(self, sig: int, frame) -> None:
+        if sig == signal.SIGTERM and self.delay > 0 and not self.drain.unready:
+            # first /ready says 503 (a load balancer stops sending), then connections close
+            self.drain.unready = True
+            self._deadline = time.monotonic() + self.delay
+            log.info("SIGTERM: not ready; serving on for drain_delay %.1fs, then shutting down", self.delay)
+            return
         super().handle_exit(sig, frame)
         if sig == signal.SIGTERM and sig in self._captured_signals:
             self._captured_signals.remove(sig)
+
+    async def on_tick(self, counter: int) -> bool:
+        if self._deadline is not None and time.monotonic() >= self._deadline:
+            self._deadline = None
+            self.handle_exit(signal.SIGTERM, None)
+        return await super().on_tick(counter)
 
     async def shutdown(self, sockets=None) -> None:
         self.drain.begin()
@@ -158,4 +177,4 @@ def serve(config: ServerConfig) -> None:
     app = create_app(config)
     uvicorn_config = uvicorn.Config(app, host=config.host, port=config.port, log_level=config.log_level.lower(),
                                     timeout_graceful_shutdown=math.ceil(config.shutdown_grace + _CUT_MARGIN))
-    _Server(uvicorn_config, app.state.drain, config.shutdown_grace).run()
+    _Server(uvicorn_config, app.state.drain, config.shutdown_grace, config.drain_delay).run()

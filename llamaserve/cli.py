@@ -11,6 +11,7 @@ import json
 import math
 import os
 import sys
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -117,7 +118,35 @@ def build_parser() -> argparse.ArgumentParser:
     rpc.add_argument("--threads", type=int, metavar="N", help="CPU threads for computing (default: all cores)")
     rpc.add_argument("--cache-dir", metavar="DIR",
                      help="keep large tensors here, so a client reloading a model sends only their hashes")
+    deploy = commands.add_parser(
+        "deploy", help="show the Dockerfile or the Kubernetes example for running replicas",
+        description="Print a deployment file shipped with llamaserve, or write it (with its helper scripts) "
+                    "into a folder: docker = a multi-stage Dockerfile (CPU, or CUDA with build args), "
+                    "kubernetes = a ConfigMap, a Deployment with readiness/liveness probes and a Service.")
+    deploy.add_argument("target", choices=sorted(DEPLOY_FILES), help="which files")
+    deploy.add_argument("-o", "--output", metavar="DIR", help="write the files into DIR instead of printing")
     return parser
+
+
+# what `llamaserve deploy TARGET` shows (the first file) or writes (all), from llamaserve/deploy/
+DEPLOY_FILES = {"docker": ("Dockerfile", "build-wheel.sh", "install-runtime.sh"), "kubernetes": ("kubernetes.yaml",)}
+
+
+def deploy_files(args: argparse.Namespace) -> int:
+    folder = resources.files("llamaserve") / "deploy"
+    names = DEPLOY_FILES[args.target]
+    if not args.output:
+        print((folder / names[0]).read_text(), end="")
+        return 0
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        target = out / name
+        target.write_text((folder / name).read_text())
+        if name.endswith(".sh"):
+            target.chmod(0o755)
+        print(f"wrote {target}")
+    return 0
 
 
 def rpc_worker(args: argparse.Namespace) -> int:
@@ -326,6 +355,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "rpc-worker":
             return rpc_worker(args)
+        if args.command == "deploy":
+            return deploy_files(args)
         if args.command == "init-config":
             path = write_starter_config(args.directory, args.output, args.force)
             print(f"wrote {path}; check it with: llamaserve check {path}")

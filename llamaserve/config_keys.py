@@ -245,7 +245,7 @@ ROOT_KEYS: dict[str, Check] = {
     "idle_unload": _optional(_via(parse_duration)), "parallel": _int(1), "max_queue": _int(0),
     "lora_steps_per_turn": _int(1), "kv_unified": _bool, "share_prefixes": _bool,
     "log_level": _choice(LOG_LEVELS), "cors": _cors, "max_body_bytes": _via(parse_size, positive=True),
-    "shutdown_grace": _float(),
+    "shutdown_grace": _float(), "drain_delay": _via(parse_duration), "ready_requires_model": _bool,
     "grammar_cache_size": _via(parse_size), "grammar_max_size": _via(parse_size, positive=True),
     "grammar_max_depth": _int(1), "grammar_timeout": _via(parse_duration, positive=True),
 }

@@ -14,7 +14,7 @@ from llamaserve.errors import APIError
 from llamaserve.logs import request_id
 from llamaserve.metrics import Metrics
 
-OPEN_PATHS = {"/health"}
+OPEN_PATHS = {"/health", "/ready"}      # probes (liveness, readiness) send no key
 
 
 # what a client's x-request-id may be to be echoed (anything else is replaced by a new id)

@@ -216,18 +216,30 @@ class Registry:
         self.metrics.loaded_models.set(len(self.loaded))
         asyncio.get_running_loop().run_in_executor(None, loaded.close_crashed)
         if record.retry_after() is None and not self._closing:
-            task = asyncio.get_running_loop().create_task(self._restart(loaded.entries[0]))
+            task = asyncio.get_running_loop().create_task(self._load_in_background(loaded.entries[0]))
             self._restarts.add(task)
             task.add_done_callback(self._restarts.discard)
         else:
             log.error("model %s is failed after %d crashes; next load in %.0f s", self.base_alias(loaded.key),
                       record.crashes, record.retry_after() or 0)
 
-    async def _restart(self, entry: ModelEntry) -> None:
+    def default_loaded(self) -> bool:
+        entry = self.config.default_entry()
+        return entry is not None and self.state(entry) is not None
+
+    def preload_default(self) -> None:
+        """Load the default model now, in the background (ready_requires_model)."""
+        entry = self.config.default_entry()
+        if entry is not None:
+            task = asyncio.get_running_loop().create_task(self._load_in_background(entry))
+            self._restarts.add(task)
+            task.add_done_callback(self._restarts.discard)
+
+    async def _load_in_background(self, entry: ModelEntry) -> None:
         try:
             await self.load(entry)
         except Exception as exc:        # the load's own error is logged and counted there
-            log.error("restarting %s failed: %s", entry.alias, exc)
+            log.error("loading %s in the background failed: %s", entry.alias, exc)
 
     def _record_adapter_loads(self, key: tuple, loaded: Loaded, outcomes: list[tuple[str, float | None, str | None]],
                               configured: set[str]) -> None:
@@ -327,7 +339,10 @@ class Registry:
 
     async def unload_idle(self) -> None:
         now = time.monotonic()
+        default = self.config.default_entry() if self.config.ready_requires_model else None
         for loaded in list(self.loaded.values()):
+            if default is not None and loaded.key == default.base_key():
+                continue                  # /ready depends on it
             limit = self.idle_limit(loaded)
             if limit is not None and limit >= 0 and not loaded.busy() and now - loaded.last_used >= limit:
                 await self.unload(loaded, reason="idle")

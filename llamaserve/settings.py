@@ -76,6 +76,8 @@ class ServerConfig:
     cors_origins: tuple[str, ...] = ()
     max_body_bytes: int = 4 * 1024 * 1024
     shutdown_grace: float = 10.0
+    drain_delay: float = 0.0                # after SIGTERM: seconds /ready answers 503 while serving on
+    ready_requires_model: bool = False      # /ready only once the default model is loaded (loaded at start)
     grammar_cache_size: int = 32 * 1024 * 1024    # bytes of compiled response_format grammars kept
     grammar_max_size: int = 2 * 1024 * 1024       # largest grammar a schema may compile to
     grammar_max_depth: int = 64                   # deepest schema nesting

@@ -34,12 +34,13 @@ class Drain:
     """The requests in flight, and whether the server is draining (SIGTERM) or cutting them off."""
 
     def __init__(self) -> None:
-        self.draining = False
+        self.draining = False       # connections are closing: new requests get 503
+        self.unready = False        # SIGTERM arrived: /ready says so, requests are still served (drain_delay)
         self._tasks: set[asyncio.Task] = set()
         self._cut: set[asyncio.Task] = set()
 
     def begin(self) -> None:
-        self.draining = True
+        self.unready = self.draining = True
 
     @contextlib.contextmanager
     def track(self, task: asyncio.Task) -> Iterator[None]:

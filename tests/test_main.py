@@ -26,7 +26,8 @@ def test_report_names_versions_build_and_backends():
     pin = _pin()
     assert f"{pin['package']} {pin['version']} sdist" in lines["llama.cpp source"] and pin["sha256"] in out
     assert "-DBUILD_SHARED_LIBS=OFF" in lines["cmake flags"]
-    assert lines["backends"].startswith("backends: CPU [CPU: ")
+    assert lines["backends"].startswith("backends: ") and "CPU [CPU: " in lines["backends"]
+    assert "RPC []" in lines["backends"]           # built in; its devices are the workers a model names
     assert "CUDA=" in lines["compiled in"] and "Metal=" in lines["compiled in"] and "RPC=" in lines["compiled in"]
     assert "system info: CPU : " in out
     assert proc.stderr == ""

@@ -4,7 +4,6 @@ as a local run; unreachable, busy, wrong and dying workers give clear errors, ne
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import subprocess

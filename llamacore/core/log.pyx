@@ -1,5 +1,6 @@
 # Routes llama.cpp's log output to Python `logging` (logger "llamacore.llama_cpp").
-# The C callback checks a level threshold before taking the GIL, so quiet runs pay nothing.
+# The C callback checks a level threshold before taking the GIL, so quiet runs pay nothing; on
+# threads llama.cpp started itself it never takes the GIL (see _log_callback).
 # Recent error lines are kept so that a failed load can say *why* it failed.
 #
 # Quiet by default: warnings and errors go to the logger, which (through the "llamacore" logger's
@@ -31,7 +32,24 @@ _PY_LEVELS = {ggml.GGML_LOG_LEVEL_DEBUG: logging.DEBUG, ggml.GGML_LOG_LEVEL_INFO
               ggml.GGML_LOG_LEVEL_WARN: logging.WARNING, ggml.GGML_LOG_LEVEL_ERROR: logging.ERROR}
 
 
+cdef void _log_to_python(ggml.ggml_log_level lvl, const char * text) noexcept with gil:
+    try:
+        raw = text.decode("utf-8", "replace")
+        message = raw.rstrip("\n")
+        if not message:
+            if _verbose and raw:            # the newline that ends a line of progress dots
+                sys.stderr.write(raw)
+            return
+        if lvl == ggml.GGML_LOG_LEVEL_ERROR:
+            _recent_errors.append(message)
+        if lvl >= _min_level:
+            _logger.log(_PY_LEVELS.get(lvl, logging.INFO), message, extra={"llama_cpp_text": raw})
+    except BaseException:
+        pass
+
+
 cdef void _log_callback(ggml.ggml_log_level level, const char * text, void * user_data) noexcept nogil:
+    # no Python object in here: Cython would take the GIL on every return to release it
     global _last_level
     cdef ggml.ggml_log_level lvl = level
     if lvl == ggml.GGML_LOG_LEVEL_CONT:     # continues the previous message
@@ -40,20 +58,13 @@ cdef void _log_callback(ggml.ggml_log_level level, const char * text, void * use
         _last_level = lvl
     if lvl < _min_level and lvl != ggml.GGML_LOG_LEVEL_ERROR:   # errors are always kept
         return
-    with gil:
-        try:
-            raw = text.decode("utf-8", "replace")
-            message = raw.rstrip("\n")
-            if not message:
-                if _verbose and raw:            # the newline that ends a line of progress dots
-                    sys.stderr.write(raw)
-                return
-            if lvl == ggml.GGML_LOG_LEVEL_ERROR:
-                _recent_errors.append(message)
-            if lvl >= _min_level:
-                _logger.log(_PY_LEVELS.get(lvl, logging.INFO), message, extra={"llama_cpp_text": raw})
-        except BaseException:
-            pass
+    if PyGILState_GetThisThreadState() == NULL:
+        # a thread llama.cpp started (the RPC client's sender, OpenMP workers): it must not wait for
+        # the GIL, which a Python thread may hold while it waits for this very thread (a decode's
+        # synchronize); its warnings and errors go to stderr as they are
+        fputs(text, stderr)
+        return
+    _log_to_python(lvl, text)
 
 
 cdef _install_log_callback():

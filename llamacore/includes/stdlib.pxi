@@ -3,11 +3,15 @@
 
 cimport cython
 cimport numpy as cnp
+from libc.stdio cimport fputs, stderr
 from libc.string cimport memcpy, strncpy
 from libcpp cimport bool as cbool
 from libcpp.vector cimport vector
 
 from llamacore.includes cimport ggml
+
+cdef extern from "Python.h":
+    void * PyGILState_GetThisThreadState() nogil    # NULL on a thread Python does not know
 from llamacore.includes cimport ggml_rpc
 
 import collections

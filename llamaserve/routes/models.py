@@ -70,7 +70,19 @@ async def set_lora_adapters(request: Request) -> Response:
 
 
 async def health(request: Request) -> Response:
+    """Liveness: the process answers (also while draining)."""
     return JSONResponse({"status": "ok"})
+
+
+async def ready(request: Request) -> Response:
+    """Readiness: 503 once SIGTERM arrived (drain_delay), and with ready_requires_model until the
+    default model is loaded; a load balancer sends traffic only while this is 200."""
+    state = request.app.state
+    if state.drain.unready:
+        return JSONResponse({"status": "draining"}, status_code=503)
+    if state.config.ready_requires_model and not state.registry.default_loaded():
+        return JSONResponse({"status": "loading"}, status_code=503)
+    return JSONResponse({"status": "ready"})
 
 
 async def prometheus(request: Request) -> Response:
