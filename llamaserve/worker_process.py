@@ -92,7 +92,8 @@ class WorkerProcess:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [_PACKAGE_ROOT, os.environ.get("PYTHONPATH")]))}
         # llama.cpp's abort handler attaches gdb for a backtrace: seconds during which the dead
         # worker's requests wait; the abort message itself still reaches the log
-        env.setdefault("GGML_NO_BACKTRACE", "1")
+        if os.environ.get("LLAMASERVE_WORKER_BACKTRACE") != "1":
+            env.setdefault("GGML_NO_BACKTRACE", "1")
         try:
             self.proc = subprocess.Popen([sys.executable, "-m", "llamaserve.worker", str(theirs.fileno())],
                                          pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL)

@@ -67,7 +67,7 @@ def test_load_with_evictions_and_disconnects(load_server, record_property):
     assert not summary.mismatches, "\n".join(summary.mismatches[:10])      # greedy answers as if alone
     assert summary.near_ties <= summary.kinds["completed"] // 10, figures  # ...but for rare near-ties
     assert summary.kinds["completed"] >= (50 if kill_every else 150), figures    # 503s (documented) are allowed
-    assert summary.kinds["disconnected"] >= 40, figures
+    assert summary.kinds["disconnected"] >= (20 if kill_every else 40), figures
     assert evictions >= 2, figures                                         # bases really swapped
     assert after["llamaserve_active_sequences"] == 0 and after["llamaserve_queue_depth"] == 0, figures
     assert all(m.get("in_use", 0) == 0 for m in load_server.get("/admin/models").json()["data"])
