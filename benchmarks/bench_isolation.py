@@ -39,7 +39,7 @@ MODES = ("thread", "process")
 def tree_rss(pid: int) -> int:
     """Resident bytes of `pid` and its live children."""
     total = 0
-    for p in [pid, *servers.child_pids(pid)]:
+    for p in [pid, *servers.descendant_pids(pid)]:
         try:
             for line in Path(f"/proc/{p}/status").read_text().splitlines():
                 if line.startswith("VmRSS:"):

@@ -116,7 +116,7 @@ def rss_idle(path: Path, threads: int, workdir: Path) -> dict:
         pid = s.proc.pid
         before = rss_bytes(pid)
         _request(s)
-        loaded = sum(rss_bytes(p) for p in [pid, *servers.child_pids(pid)])    # the model's worker too
+        loaded = sum(rss_bytes(p) for p in [pid, *servers.descendant_pids(pid)])    # the model's worker too
         _wait_unloaded(s)
         time.sleep(0.5)
         out["llamaserve"] = {"before_load": before, "loaded": loaded, "after_idle_unload": rss_bytes(pid)}

@@ -133,7 +133,7 @@ def _busy_cpu_s() -> float:
 def _proc_cpu_s(pid: int) -> float:
     """CPU-seconds used by process pid (all its threads) and its live children (model workers)."""
     total = 0.0
-    for p in [pid, *servers.child_pids(pid)]:
+    for p in [pid, *servers.descendant_pids(pid)]:
         try:
             fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:

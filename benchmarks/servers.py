@@ -51,17 +51,22 @@ def _die_with_parent() -> None:
         _LIBC.prctl(1, int(signal.SIGTERM))       # PR_SET_PDEATHSIG
 
 
-def child_pids(pid: int) -> list[int]:
-    """Live child processes of `pid` (llamaserve's model workers with isolation: process)."""
-    out = []
+def descendant_pids(pid: int) -> list[int]:
+    """Live descendants of `pid` (llamaserve's fork server and model workers with isolation: process)."""
+    parents: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
                 fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
             except OSError:
                 continue
-            if int(fields[1]) == pid and fields[0] != "Z":
-                out.append(int(entry.name))
+            if fields[0] != "Z":
+                parents.setdefault(int(fields[1]), []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        children = parents.get(todo.pop(), [])
+        out += children
+        todo += children
     return out
 
 

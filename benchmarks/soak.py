@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.monotonic()
         sampler = RSSSampler(proc.proc.pid, args.sample, t0)
         sampler.start()
-        killer = scenario.WorkerKiller(proc.proc.pid, args.kill_every)
+        killer = scenario.WorkerKiller(url, args.kill_every)
         done: list[tuple[float, str]] = []
         outcomes: list[scenario.Outcome] = []
         round_rss: list[int] = []

@@ -27,7 +27,8 @@ from llamaserve.logs import loading_model
 from llamaserve.metrics import Metrics
 from llamaserve.runtime_adapters import RuntimeAdapters
 from llamaserve.settings import ModelEntry, ServerConfig
-from llamaserve.engines import Supervision, build_embedder, build_engine
+from llamaserve.engines import Supervision, build_embedder, build_engine, isolation
+from llamaserve.worker_forks import fork_server
 from llamaserve.worker_process import WorkerProcess
 
 log = logging.getLogger("llamaserve.registry")
@@ -348,6 +349,12 @@ class Registry:
                 await self.unload(loaded, reason="idle")
 
     def start(self) -> None:
+        if any(isolation(e) == "process" for e in self.config.models):
+            # imports llamacore once, now, so that the first worker forks in milliseconds
+            task = asyncio.get_running_loop().create_task(asyncio.to_thread(fork_server))
+            self._restarts.add(task)
+            task.add_done_callback(self._restarts.discard)
+
         async def loop() -> None:
             while True:
                 await asyncio.sleep(0.5)

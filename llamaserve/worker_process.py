@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from llamaserve.errors import EngineClosedError, WorkerCrashedError
+from llamaserve.worker_forks import ForkedWorker, fork_server
 from llamaserve.worker_messages import decode_error
 from llamaserve.worker_wire import ConnectionClosed, FrameProtocol, Wire
 
@@ -94,7 +95,11 @@ class WorkerProcess:
         # worker's requests wait; the abort message itself still reaches the log
         if os.environ.get("LLAMASERVE_WORKER_BACKTRACE") != "1":
             env.setdefault("GGML_NO_BACKTRACE", "1")
+        self.proc: subprocess.Popen | ForkedWorker
         try:
+            self.proc = fork_server().spawn(theirs.fileno())
+        except (OSError, RuntimeError) as exc:          # no fork server: a fresh interpreter (slower start)
+            log.warning("starting a worker without the fork server: %s", exc)
             self.proc = subprocess.Popen([sys.executable, "-m", "llamaserve.worker", str(theirs.fileno())],
                                          pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL)
         finally:
@@ -106,6 +111,10 @@ class WorkerProcess:
         try:
             self.wire.send(("load", spec))
             self.info = self._await_ready()
+            if self._over_memory():       # loaded beyond max_rss: never serves
+                self._exited.set()
+                self._note_exit(self._wait(5))
+                raise WorkerCrashedError(f"the worker process {self.crash_reason} while loading", "max_rss")
             self._transport = asyncio.run_coroutine_threadsafe(self._attach(), loop).result()
         except BaseException:
             self._stop_process()
@@ -217,13 +226,20 @@ class WorkerProcess:
 
     # -- watchdog ----------------------------------------------------------------------------
 
+    def _over_memory(self) -> bool:
+        """Read the worker's RSS; past max_rss, kill it (True)."""
+        self.rss = process_rss(self.pid)
+        if self.max_rss is not None and self.rss is not None and self.rss > self.max_rss:
+            self.kill(f"used {self.rss / 2**20:.0f} MiB of memory, over its max_rss of "
+                      f"{self.max_rss / 2**20:.0f} MiB, and was stopped", "max_rss")
+            return True
+        return False
+
     def _watch(self) -> None:
         while not self._exited.wait(MONITOR_INTERVAL):
-            self.rss = process_rss(self.pid)
-            if self.max_rss is not None and self.rss is not None and self.rss > self.max_rss:
-                self.kill(f"used {self.rss / 2**20:.0f} MiB of memory, over its max_rss of "
-                          f"{self.max_rss / 2**20:.0f} MiB, and was stopped", "max_rss")
-            elif self.step_timeout is not None and self.has_work() and not self._closing \
+            if self._over_memory():
+                continue
+            if self.step_timeout is not None and self.has_work() and not self._closing \
                     and time.monotonic() - self._last_frame > self.step_timeout:
                 self.kill(f"made no progress for {self.step_timeout:g} s (step_timeout) and was killed", "hung")
 

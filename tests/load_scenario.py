@@ -270,36 +270,26 @@ def references(base_url: str, jobs: list[Job], max_tokens: int = MAX_TOKENS) -> 
 
 # -- measuring the server -------------------------------------------------------------------
 
-def child_pids(pid: int) -> list[int]:
-    """The live child processes of `pid` (the server's model workers with isolation: process)."""
-    children = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == pid and fields[0] != "Z":
-                children.append(int(entry))
-    return children
-
-
 class WorkerKiller:
-    """Kills the server's model workers (SIGKILL) after every `every` finished requests, half-way
-    between hundreds (the RSS samples are taken at hundreds, not while a model reloads)."""
+    """SIGKILLs the server's model workers (their pids from /admin/models) after every `every`
+    finished requests, half-way between hundreds (the RSS samples are taken at hundreds, not while
+    a model reloads)."""
 
-    def __init__(self, server_pid: int, every: int | None) -> None:
-        self.server_pid, self.every = server_pid, every
+    def __init__(self, base_url: str, every: int | None) -> None:
+        self.base_url, self.every = base_url, every
         self.finished = 0
         self.kills: list[int] = []
 
     def __call__(self, outcome: Outcome) -> None:
         self.finished += 1
         if self.every and self.finished % self.every == self.every // 2:
-            for pid in child_pids(self.server_pid):
-                os.kill(pid, signal.SIGKILL)
-                self.kills.append(pid)
+            models = httpx.get(self.base_url + "/admin/models", timeout=10).json()["data"]
+            for pid in {m["worker"]["pid"] for m in models if m.get("worker")}:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    self.kills.append(pid)
+                except ProcessLookupError:       # it ended meanwhile
+                    pass
 
 
 def rss_kib(pid: int) -> int:

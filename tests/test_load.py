@@ -45,7 +45,7 @@ def test_load_with_evictions_and_disconnects(load_server, record_property):
     assert sum(r.tie_at is None for r in refs.values()) > len(refs) // 2   # most answers have no near-tie
     before = scenario.metrics(url)
 
-    killer = scenario.WorkerKiller(load_server.proc.pid, kill_every)    # no-op without kill_every
+    killer = scenario.WorkerKiller(url, kill_every)    # no-op without kill_every
     outcomes, rss = [], []
     for h in range(HUNDREDS):                             # in order of submission, RSS after each hundred
         outcomes += asyncio.run(scenario.run_jobs(url, jobs[100 * h:100 * (h + 1)], clients=CLIENTS,
