@@ -15,6 +15,7 @@ import json
 import os
 import random
 import signal
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -271,9 +272,10 @@ def references(base_url: str, jobs: list[Job], max_tokens: int = MAX_TOKENS) -> 
 # -- measuring the server -------------------------------------------------------------------
 
 class WorkerKiller:
-    """SIGKILLs the server's model workers (their pids from /admin/models) after every `every`
+    """SIGKILLs a model worker of the server (its pid from /admin/models) after every `every`
     finished requests, half-way between hundreds (the RSS samples are taken at hundreds, not while
-    a model reloads)."""
+    a model reloads). A request finishing is often what lets the other base swap in, so the kill
+    waits, on a thread of its own, for a worker to be up."""
 
     def __init__(self, base_url: str, every: int | None) -> None:
         self.base_url, self.every = base_url, every
@@ -283,13 +285,21 @@ class WorkerKiller:
     def __call__(self, outcome: Outcome) -> None:
         self.finished += 1
         if self.every and self.finished % self.every == self.every // 2:
+            threading.Thread(target=self._kill_a_worker, daemon=True).start()
+
+    def _kill_a_worker(self, timeout: float = 10) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
             models = httpx.get(self.base_url + "/admin/models", timeout=10).json()["data"]
-            for pid in {m["worker"]["pid"] for m in models if m.get("worker")}:
+            pids = {m["worker"]["pid"] for m in models if m.get("worker")}
+            for pid in pids:
                 try:
                     os.kill(pid, signal.SIGKILL)
                     self.kills.append(pid)
+                    return
                 except ProcessLookupError:       # it ended meanwhile
                     pass
+            time.sleep(0.02)
 
 
 def rss_kib(pid: int) -> int:
