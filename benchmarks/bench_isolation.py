@@ -7,8 +7,9 @@ process; token ids cross a socket pair, one frame per engine step):
 * throughput and TTFT: rounds of 1 and 8 concurrent streaming clients (bench_server's rounds,
   servers alternating), aggregate tokens/s and TTFT p50;
 * cold load: ``POST /admin/models/base/load`` after an unload, wall time (median of --reps);
-* memory: RSS of the server and its worker processes before the first load, loaded, and after
-  the model was unloaded.
+* memory: RSS of the server and its descendants (with process isolation: the worker fork server,
+  started with the server, and the model's worker) before the first load, loaded, and after the
+  model was unloaded.
 
 The default isolation is chosen by this measurement: process when it keeps >= 97% of thread's
 throughput at 8 clients and adds at most 2 ms to TTFT p50.
@@ -20,7 +21,6 @@ Usage: python benchmarks/bench_isolation.py [--model small|mid|PATH] [--threads 
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import tempfile
 import time
@@ -29,7 +29,8 @@ from pathlib import Path
 import httpx
 import servers
 from models import SPECS, ensure_model  # also puts the checkout on sys.path
-from server_rounds import add_round_options, bench, print_table, ratio, run_report, summarize, warm_started
+from server_rounds import (add_model_options, add_round_options, bench, print_table, ratio, run_report, summarize,
+                           warm_started)
 
 N_CTX = 256
 PARALLEL = 8
@@ -47,6 +48,18 @@ def tree_rss(pid: int) -> int:
         except OSError:
             pass
     return total
+
+
+def settled_rss(pid: int, timeout: float = 15.0) -> int:
+    """`tree_rss` once it stops growing (llamaserve starts its worker fork server in the background)."""
+    last, deadline = tree_rss(pid), time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        now = tree_rss(pid)
+        if abs(now - last) < 2**20:
+            return now
+        last = now
+    return last
 
 
 def load_times(server: servers.Server, reps: int) -> list[float]:
@@ -83,7 +96,7 @@ async def amain(args) -> dict:
         for mode in MODES:
             s = group.add(servers.llamaserve(path, workdir, threads=args.threads, parallel=PARALLEL, n_ctx=N_CTX,
                                              isolation=mode, name=f"llamaserve-{mode}"))
-            rss_before[mode] = tree_rss(s.proc.pid)
+            rss_before[mode] = settled_rss(s.proc.pid)
             group_servers[mode] = s
         report["memory"] = {mode: {"before_load": rss_before[mode], **memory(s)} for mode, s in group_servers.items()}
         report["cold_load_s"] = {mode: statistics.median(load_times(s, args.load_reps))
@@ -118,9 +131,7 @@ async def amain(args) -> dict:
 
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="small", help="small | mid | path to a GGUF")
-    ap.add_argument("--dtype", default="f16", choices=("f16", "q8_0", "q4_0"))
-    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    add_model_options(ap)
     ap.add_argument("--reps", type=int, default=3, help="rounds per server and client count")
     ap.add_argument("--load-reps", type=int, default=5, help="unload + load cycles per server")
     add_round_options(ap, retries=3)

@@ -24,7 +24,8 @@ from pathlib import Path
 import servers
 from models import SPECS, ensure_model  # also puts the checkout on sys.path
 from peer_tools import ROOT
-from server_rounds import add_round_options, bench, print_table, ratio, run_report, summarize, warm_started
+from server_rounds import (add_model_options, add_round_options, bench, print_table, ratio, run_report, summarize,
+                           warm_started)
 
 from llamacore.rpc import RPCUnavailableError, preflight
 
@@ -113,9 +114,7 @@ async def amain(args) -> dict:
 
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="small", help="small | mid | path to a GGUF")
-    ap.add_argument("--dtype", default="f16", choices=("f16", "q8_0", "q4_0"))
-    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    add_model_options(ap)
     ap.add_argument("--reps", type=int, default=3, help="turns of each side")
     add_round_options(ap, retries=2)
     # the RPC workers' CPU time is the side's own work, which the rounds' noise check counts as "other"

@@ -32,8 +32,8 @@ from pathlib import Path
 
 import servers
 from models import SPECS, ensure_loras, ensure_model  # also puts the checkout on sys.path
-from server_rounds import (N_GEN, PROMPT, add_round_options, bench, print_table, ratio, run_report, summarize,
-                           warm_started)
+from server_rounds import (N_GEN, PROMPT, add_model_options, add_round_options, bench, print_table, ratio, run_report,
+                           summarize, warm_started)
 
 N_CTX = 256
 PARALLEL = 8
@@ -177,9 +177,7 @@ async def amain(args) -> dict:
 
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="small", help="small | mid | path to a GGUF")
-    ap.add_argument("--dtype", default="f16", choices=("f16", "q8_0", "q4_0"))
-    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    add_model_options(ap)
     ap.add_argument("--clients", default="1,4,8,16", help="comma-separated concurrency levels")
     ap.add_argument("--reps", type=int, default=3, help="rounds per server and concurrency level")
     ap.add_argument("--lora-reps", type=int, help="rounds per server and LoRA case (default: --reps)")

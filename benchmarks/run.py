@@ -64,7 +64,7 @@ MODES = {
              "server_args": ["--clients", "1,4,8,16", "--reps", "3"],
              "mixed_args": ["--ranks", "8,64", "--adapters", "1,2,4,8", "--clients", "8,16", "--reps", "2"],
              "prefix_args": ["--clients", "8", "--prefix", "1500", "--reps", "3"],
-             "isolation_args": ["--reps", "7", "--load-reps", "5"],
+             "isolation_args": ["--reps", "11", "--load-reps", "5"],
              "rpc_args": ["--reps", "3"]},
 }
 

@@ -302,6 +302,13 @@ async def switch_ttfts(server: servers.Server, a: str, b: str, reps: int) -> dic
 # -- command lines -----------------------------------------------------------------------------
 
 
+def add_model_options(ap) -> None:
+    """--model (small | mid | a GGUF path), --dtype and --threads, as the serving benchmarks take them."""
+    ap.add_argument("--model", default="small", help="small | mid | path to a GGUF")
+    ap.add_argument("--dtype", default="f16", choices=("f16", "q8_0", "q4_0"))
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+
+
 def add_round_options(ap, retries: int = 3) -> None:
     """The options `bench` and `run_report` read: idle wait, noise threshold, retries, workdir, json."""
     ap.add_argument("--idle-wait", type=float, default=10.0,

@@ -15,6 +15,7 @@ server's handle, with the part of subprocess.Popen's interface that WorkerProces
 
 from __future__ import annotations
 
+import gc
 import os
 import select
 import signal
@@ -194,6 +195,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     signal.signal(signal.SIGINT, signal.SIG_IGN)      # Ctrl-C reaches the server; it closes us
     import llamaserve.worker  # noqa: F401 -- imported once here, shared by every fork
+    # the imported objects go to a generation the collector skips: a worker's collections stay
+    # short and do not write (copy) the pages it shares with this process
+    gc.collect()
+    gc.freeze()
     serve(socket.socket(fileno=int(argv[0])))
     return 0
 
