@@ -273,7 +273,7 @@ def references(base_url: str, jobs: list[Job], max_tokens: int = MAX_TOKENS) -> 
 
 class WorkerKiller:
     """SIGKILLs a model worker of the server (its pid from /admin/models) after every `every`
-    finished requests, half-way between hundreds (the RSS samples are taken at hundreds, not while
+    requests a model ran (503s do not count), half-way between hundreds (the RSS samples are taken at hundreds, not while
     a model reloads). A request finishing is often what lets the other base swap in, so the kill
     waits, on a thread of its own, for a worker to be up."""
 
@@ -283,6 +283,8 @@ class WorkerKiller:
         self.kills: list[int] = []
 
     def __call__(self, outcome: Outcome) -> None:
+        if outcome.kind == "503":       # refused at once (a failed model's backoff): no model ran it
+            return
         self.finished += 1
         if self.every and self.finished % self.every == self.every // 2:
             threading.Thread(target=self._kill_a_worker, daemon=True).start()
