@@ -48,6 +48,7 @@ class Text:
 class Finished:
     reason: FinishReason
     n_generated: int
+    stop_sequence: str | None = None     # the stop string that ended it, when one did
 
 
 @dataclass(frozen=True)

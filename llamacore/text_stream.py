@@ -20,6 +20,7 @@ class TextStream:
         self._pending = ""          # decoded text not yet released
         self.text = ""              # everything released so far
         self.stopped = False
+        self.matched: str | None = None     # the stop string that was hit
 
     def push(self, data: bytes) -> str:
         """Feed one token's bytes; return the newly releasable text ('' if held back)."""
@@ -36,9 +37,10 @@ class TextStream:
 
     def _release(self, final: bool) -> str:
         # Held-back text guarantees that a stop string can only start inside `_pending`.
-        hits = [i for i in (self._pending.find(s) for s in self._stops) if i >= 0]
+        hits = [(i, s) for i, s in ((self._pending.find(s), s) for s in self._stops) if i >= 0]
         if hits:
-            out = self._pending[: min(hits)]
+            first, self.matched = min(hits, key=lambda hit: hit[0])
+            out = self._pending[:first]
             self.stopped = True
             self._pending = ""
             self.text += out

@@ -39,6 +39,7 @@ from llamaserve.routes.admin import (
 from llamaserve.routes.chat import chat_completions
 from llamaserve.routes.completions import completions
 from llamaserve.routes.embeddings import embeddings
+from llamaserve.routes.messages import count_tokens, messages
 from llamaserve.routes.models import (
     get_model,
     health,
@@ -101,6 +102,8 @@ def create_app(config: ServerConfig) -> Starlette:
         Route("/tokenize", tokenize, methods=["POST"]),
         Route("/detokenize", detokenize, methods=["POST"]),
         Route("/apply-template", apply_template, methods=["POST"]),
+        Route("/v1/messages", messages, methods=["POST"]),
+        Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
         Route("/health", health, methods=["GET"]),
         Route("/ready", ready, methods=["GET"]),
         Route("/metrics", prometheus, methods=["GET"]),

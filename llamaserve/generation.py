@@ -84,7 +84,7 @@ async def _texts(engine: AnyEngine, req: GenRequest, events: asyncio.Queue[Engin
                 if stream.stopped:
                     req.cancel()             # the engine reports "cancelled" to nobody: this side has its answer
                     finished = True
-                    yield Finished(FinishReason.STOP, count)
+                    yield Finished(FinishReason.STOP, count, stream.matched)
                     return
             elif isinstance(event, Finished):
                 tail = stream.finish()

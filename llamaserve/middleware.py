@@ -1,4 +1,4 @@
-"""ASGI middleware: request ids, Bearer API-key auth (constant-time) and per-route request counting."""
+"""ASGI middleware: request ids, API-key auth (Bearer or x-api-key, constant-time) and per-route request counting."""
 
 from __future__ import annotations
 
@@ -7,9 +7,11 @@ import re
 import uuid
 from collections.abc import Sequence
 
+from starlette.responses import JSONResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from llamaserve.anthropic import error_body
 from llamaserve.errors import APIError
 from llamaserve.logs import request_id
 from llamaserve.metrics import Metrics
@@ -59,13 +61,17 @@ class APIKeyAuth:
                 or scope["method"] == "OPTIONS":
             await self.app(scope, receive, send)
             return
-        header = dict(scope["headers"]).get(b"authorization", b"")
-        scheme, _, token = header.partition(b" ")
-        if scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), self.key):
+        headers = dict(scope["headers"])
+        scheme, _, token = headers.get(b"authorization", b"").partition(b" ")
+        given = token.strip() if scheme.lower() == b"bearer" else headers.get(b"x-api-key", b"")
+        if given and hmac.compare_digest(given, self.key):
             await self.app(scope, receive, send)
             return
-        err = APIError(401, "Incorrect API key provided. Send it as 'Authorization: Bearer <key>'.",
-                       code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+        message = "Incorrect API key provided. Send it as 'Authorization: Bearer <key>' or 'x-api-key: <key>'."
+        if scope["path"].startswith("/v1/messages"):          # Anthropic's clients read Anthropic's shape
+            await JSONResponse(error_body(401, message), status_code=401)(scope, receive, send)
+            return
+        err = APIError(401, message, code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
         await err.response()(scope, receive, send)
 
 

@@ -16,9 +16,13 @@ def event(data: Any) -> str:
     return f"data: {json.dumps(data, ensure_ascii=False, separators=(',', ':'))}\n\n"
 
 
-def sse_response(chunks: AsyncGenerator[Any, None],
-                 release: Callable[[], Awaitable[Any]]) -> StreamingResponse:
+def sse_response(chunks: AsyncGenerator[Any, None], release: Callable[[], Awaitable[Any]], *,
+                 encode: Callable[[Any], str] = event, end: str = "data: [DONE]\n\n",
+                 on_error: Callable[[APIError], str] | None = None) -> StreamingResponse:
     """Stream chunks as `data:` lines ending with [DONE]; a failure mid-stream becomes an error event.
+
+    (Another API's stream: `encode` writes a chunk, `end` closes the stream, `on_error` writes the
+    error event; Anthropic's Messages stream ends without [DONE].)
 
     `release` (unpinning the model) runs when the stream ends, fails or the client disconnects:
     from the body's `finally`, and again as the response's background task for a client gone
@@ -27,11 +31,10 @@ def sse_response(chunks: AsyncGenerator[Any, None],
     async def body() -> AsyncIterator[str]:
         try:
             async for chunk in chunks:
-                yield event(chunk)
-            yield "data: [DONE]\n\n"
+                yield encode(chunk)
+            yield end
         except APIError as exc:
-            yield event(exc.body())
-            yield "data: [DONE]\n\n"
+            yield on_error(exc) if on_error is not None else event(exc.body()) + end
         finally:
             await chunks.aclose()
             await release()

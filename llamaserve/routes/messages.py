@@ -1,0 +1,163 @@
+"""Anthropic's Messages API: POST /v1/messages (streamed or not) and /v1/messages/count_tokens.
+
+The request runs through the chat pipeline (the model's template, tool calls, the engine); only
+the shapes differ (llamaserve.anthropic). Errors on these routes use Anthropic's shape.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncGenerator
+from contextlib import AsyncExitStack
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from llamacore import tool_calls
+from llamacore.chat import prompt_tokens, tool_setup
+from llamacore.events import Finished
+from llamacore.responses import assistant_message
+from llamacore.sampling import SamplingParams
+from llamaserve.anthropic import (
+    MessagesRequest,
+    chat_messages,
+    chat_tools,
+    content_blocks,
+    error_body,
+    new_message,
+    sse,
+    stop_reason,
+)
+from llamaserve.choices import Choice, run_choices
+from llamaserve.errors import APIError, api_error_for
+from llamaserve.routes.requests import acquire, acquire_engine, check_prompt_fits, count_adapter_usage, parse_body
+from llamaserve.sse import sse_response
+
+log = logging.getLogger("llamaserve")
+
+
+def _error(exc: BaseException) -> Response:
+    err = api_error_for(exc)
+    if err.status >= 500 and not isinstance(exc, APIError):
+        log.error("messages: %s: %s", type(exc).__name__, exc)
+    return JSONResponse(error_body(err.status, err.message), status_code=err.status, headers=err.headers)
+
+
+async def messages(request: Request) -> Response:
+    try:
+        return await _messages(request)
+    except Exception as exc:     # every failure in Anthropic's shape on this route
+        return _error(exc)
+
+
+async def count_tokens(request: Request) -> Response:
+    try:
+        body = await parse_body(request, MessagesRequest)
+        async with AsyncExitStack() as stack:
+            entry, loaded = await acquire(stack, request.app.state.registry, body.model)
+            if loaded.engine is None:
+                raise APIError(400, f"model '{entry.alias}' is an embedding model", param="model")
+            template = loaded.chat_template(entry)
+            tools, tool_choice = chat_tools(body)
+            rendered_tools, _ = tool_setup(template, tools, tool_choice)
+            tokens, _ = prompt_tokens(loaded.model, template, chat_messages(body), rendered_tools)
+        return JSONResponse({"input_tokens": len(tokens)})
+    except ValueError as exc:
+        return _error(APIError(400, str(exc)))
+    except Exception as exc:
+        return _error(exc)
+
+
+async def _messages(request: Request) -> Response:
+    body = await parse_body(request, MessagesRequest)
+    if body.max_tokens is None:
+        raise APIError(400, "max_tokens: Field required", param="max_tokens")
+    state = request.app.state
+    stack = AsyncExitStack()
+    handed_over = False
+    try:
+        acquired = await acquire_engine(stack, state.registry, body, body.model)
+        entry, engine = acquired.entry, acquired.engine
+        template = acquired.loaded.chat_template(entry)
+        messages_in = chat_messages(body)
+        tools, tool_choice = chat_tools(body)
+        try:
+            rendered_tools, grammar = tool_setup(template, tools, tool_choice)
+            tokens, template_stops = prompt_tokens(engine.model, template, messages_in, rendered_tools)
+        except ValueError as exc:
+            raise APIError(400, str(exc)) from None
+        check_prompt_fits(len(tokens), engine.n_ctx_seq)
+        user_stops = list(body.stop_sequences or [])
+        sampling = SamplingParams(temperature=body.temperature, top_k=body.top_k, top_p=body.top_p, min_p=0.0,
+                                  grammar=grammar)
+        choice = Choice(index=0, tokens=tokens, sampling=sampling)
+        events = run_choices(engine, [choice], stack, max_tokens=body.max_tokens, adapters=acquired.selection.key,
+                             stops=template_stops + user_stops, n_logprobs=None, ignore_eos=False,
+                             metrics=state.metrics, model_name=entry.alias)
+        count_adapter_usage(stack, state.registry, acquired, len(tokens), [choice])
+        style = tool_calls.style_for(template) if rendered_tools else None
+        message = new_message(body.model or entry.alias, len(tokens))
+
+        def finish(finished: Finished | None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+            answer, reason = assistant_message(choice.text, finished.reason if finished else None, style)
+            blocks = content_blocks(answer)
+            stop, sequence = stop_reason(reason, finished.stop_sequence if finished else None, user_stops,
+                                         any(b["type"] == "tool_use" for b in blocks))
+            return blocks, {"stop_reason": stop, "stop_sequence": sequence}
+
+        if not body.stream:
+            async for _ in events:
+                pass
+            blocks, ending = finish(choice.finish)
+            message.update(content=blocks, **ending)
+            message["usage"]["output_tokens"] = choice.n_generated
+            return JSONResponse(message)
+
+        async def stream() -> AsyncGenerator[str, None]:
+            yield sse("message_start", {"type": "message_start", "message": message})
+            live = style is None               # without tools the text streams as it comes
+            if live:
+                yield sse("content_block_start", {"type": "content_block_start", "index": 0,
+                                                  "content_block": {"type": "text", "text": ""}})
+            yield sse("ping", {"type": "ping"})
+            async for _, event in events:
+                if live and not isinstance(event, Finished) and event.text:
+                    yield sse("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                                      "delta": {"type": "text_delta", "text": event.text}})
+            blocks, ending = finish(choice.finish)
+            if live:
+                yield sse("content_block_stop", {"type": "content_block_stop", "index": 0})
+            else:
+                for index, block in enumerate(blocks):
+                    for item in _block_events(index, block):
+                        yield item
+            yield sse("message_delta", {"type": "message_delta", "delta": ending,
+                                        "usage": {"output_tokens": choice.n_generated}})
+            yield sse("message_stop", {"type": "message_stop"})
+
+        handed_over = True
+        return sse_response(stream(), release=stack.aclose, encode=str, end="",
+                            on_error=lambda err: sse("error", error_body(err.status, err.message)))
+    finally:
+        if not handed_over:
+            await stack.aclose()
+
+
+def _block_events(index: int, block: dict[str, Any]) -> list[str]:
+    """A finished content block as its start, one delta and its stop."""
+    start: dict[str, Any]
+    if block["type"] == "text":
+        start = {"type": "text", "text": ""}
+        delta = {"type": "text_delta", "text": block["text"]}
+    else:
+        start = {**block, "input": {}}
+        delta = {"type": "input_json_delta", "partial_json": _json(block["input"])}
+    return [sse("content_block_start", {"type": "content_block_start", "index": index, "content_block": start}),
+            sse("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}),
+            sse("content_block_stop", {"type": "content_block_stop", "index": index})]
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)

@@ -1,0 +1,119 @@
+"""Anthropic's Messages API (/v1/messages, /v1/messages/count_tokens) through the real `anthropic` client:
+answers equal the chat route's, stop reasons, streaming events, a tool round trip, errors and auth."""
+
+from __future__ import annotations
+
+import anthropic
+import httpx
+import pytest
+from helpers import N_THREADS
+from server import ServerProcess
+
+pytestmark = [pytest.mark.server, pytest.mark.slow]
+
+KEY = "sk-test-anthropic"
+GREEDY = {"temperature": 0}      # today's client has no sampling arguments; the API still takes them
+WEATHER = {"name": "get_weather", "description": "Current weather in a city",
+           "input_schema": {"type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "Rome"]}},
+                            "required": ["city"]}}
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory, tiny_model_path):
+    config = {"api_key": KEY, "defaults": {"n_ctx": 512, "n_threads": N_THREADS},
+              "models": [{"alias": "claude-tiny", "model": str(tiny_model_path)}]}
+    proc = ServerProcess(config, tmp_path_factory.mktemp("anthropic")).start()
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="module")
+def client(srv):
+    return anthropic.Anthropic(base_url=srv.base_url, api_key=KEY, max_retries=0)     # sends x-api-key
+
+
+def chat_reference(srv, messages, max_tokens, **extra) -> dict:
+    r = srv.post("/v1/chat/completions", json={"model": "claude-tiny", "messages": messages,
+                                               "max_tokens": max_tokens, "temperature": 0, **extra})
+    assert r.status_code == 200, r.text
+    return r.json()["choices"][0]
+
+
+def test_message_equals_the_chat_answer_and_reports_usage(srv, client):
+    msg = client.messages.create(model="claude-tiny", max_tokens=12, extra_body=GREEDY, system="You are terse.",
+                                 messages=[{"role": "user", "content": [{"type": "text", "text": "Hello there"}]}])
+    ref = chat_reference(srv, [{"role": "system", "content": "You are terse."},
+                               {"role": "user", "content": "Hello there"}], 12)
+    assert msg.type == "message" and msg.role == "assistant" and msg.id.startswith("msg_")
+    assert [b.type for b in msg.content] == ["text"] and msg.content[0].text == ref["message"]["content"]
+    assert msg.stop_reason == ("max_tokens" if ref["finish_reason"] == "length" else "end_turn")
+    count = client.messages.count_tokens(model="claude-tiny", system="You are terse.",
+                                         messages=[{"role": "user", "content": "Hello there"}])
+    assert msg.usage.input_tokens == count.input_tokens > 0
+    assert msg.usage.output_tokens == 12 or msg.stop_reason == "end_turn"
+
+
+def test_stop_sequence_is_named(srv, client):
+    plain = client.messages.create(model="claude-tiny", max_tokens=24, extra_body=GREEDY,
+                                   messages=[{"role": "user", "content": "Tell a story"}])
+    text = plain.content[0].text
+    word = next(w for w in text.split() if len(w) > 2)           # a stop string the answer really contains
+    msg = client.messages.create(model="claude-tiny", max_tokens=24, extra_body=GREEDY, stop_sequences=[word],
+                                 messages=[{"role": "user", "content": "Tell a story"}])
+    assert msg.stop_reason == "stop_sequence" and msg.stop_sequence == word
+    assert msg.content[0].text == text[:text.index(word)]
+
+
+def test_stream_sends_anthropics_events_and_the_same_text(client):
+    kwargs = dict(model="claude-tiny", max_tokens=16, extra_body=GREEDY,
+                  messages=[{"role": "user", "content": "Once upon a time"}])
+    whole = client.messages.create(**kwargs)
+    with client.messages.stream(**kwargs) as stream:
+        pieces = list(stream.text_stream)
+        final = stream.get_final_message()
+    assert "".join(pieces) == whole.content[0].text == final.content[0].text
+    assert final.stop_reason == whole.stop_reason and final.usage.output_tokens == whole.usage.output_tokens
+    events = [e.type for e in client.messages.create(**kwargs, stream=True)]
+    assert events[0] == "message_start" and events[-2:] == ["message_delta", "message_stop"]
+    assert {"content_block_start", "content_block_delta", "content_block_stop"} <= set(events)
+
+
+def test_tool_use_round_trip(client):
+    first = client.messages.create(model="claude-tiny", max_tokens=64, extra_body=GREEDY, tools=[WEATHER],
+                                   tool_choice={"type": "tool", "name": "get_weather"},
+                                   messages=[{"role": "user", "content": "Weather in Paris?"}])
+    assert first.stop_reason == "tool_use"
+    use = next(b for b in first.content if b.type == "tool_use")
+    assert use.name == "get_weather" and use.input in ({"city": "Paris"}, {"city": "Rome"})
+    assert use.id.startswith("toolu_")
+    second = client.messages.create(
+        model="claude-tiny", max_tokens=8, extra_body=GREEDY, tools=[WEATHER],
+        messages=[{"role": "user", "content": "Weather in Paris?"},
+                  {"role": "assistant", "content": [b.model_dump() for b in first.content]},
+                  {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "21 C"}]}])
+    assert second.stop_reason in ("end_turn", "max_tokens", "tool_use") and second.content
+    with client.messages.stream(model="claude-tiny", max_tokens=64, extra_body=GREEDY, tools=[WEATHER],
+                                tool_choice={"type": "any"},
+                                messages=[{"role": "user", "content": "Weather in Paris?"}]) as stream:
+        streamed = stream.get_final_message()
+    assert streamed.stop_reason == "tool_use"
+    assert [b.type for b in streamed.content][-1] == "tool_use" and streamed.content[-1].name == "get_weather"
+
+
+def test_errors_come_in_anthropics_shape(srv, client):
+    with pytest.raises(anthropic.NotFoundError) as info:
+        client.messages.create(model="no-such-model", max_tokens=4, messages=[{"role": "user", "content": "hi"}])
+    assert info.value.body["type"] == "error" and info.value.body["error"]["type"] == "not_found_error"
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}
+    with pytest.raises(anthropic.BadRequestError, match="vision"):
+        client.messages.create(model="claude-tiny", max_tokens=4, messages=[{"role": "user", "content": [image]}])
+    missing = httpx.post(srv.base_url + "/v1/messages", headers={"x-api-key": KEY}, timeout=30,
+                         json={"model": "claude-tiny", "messages": [{"role": "user", "content": "hi"}]})
+    assert missing.status_code == 400 and "max_tokens" in missing.json()["error"]["message"]
+    assert missing.json()["error"]["type"] == "invalid_request_error"
+    with pytest.raises(anthropic.AuthenticationError):
+        anthropic.Anthropic(base_url=srv.base_url, api_key="wrong", max_retries=0).messages.create(
+            model="claude-tiny", max_tokens=4, messages=[{"role": "user", "content": "hi"}])
+    bearer = httpx.post(srv.base_url + "/v1/messages", headers={"Authorization": f"Bearer {KEY}"}, timeout=30,
+                        json={"model": "claude-tiny", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]})
+    assert bearer.status_code == 200 and bearer.json()["type"] == "message"
