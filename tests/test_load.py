@@ -72,8 +72,8 @@ def test_load_with_evictions_and_disconnects(load_server, record_property):
     assert after["llamaserve_active_sequences"] == 0 and after["llamaserve_queue_depth"] == 0, figures
     assert all(m.get("in_use", 0) == 0 for m in load_server.get("/admin/models").json()["data"])
     if kill_every:
-        assert len(killer.kills) >= 4, figures
-        assert scenario.metric_sum(after, "llamaserve_worker_crashes_total") >= 4, figures
+        assert len(killer.kills) >= 2, figures           # one per 50 requests a model ran
+        assert scenario.metric_sum(after, "llamaserve_worker_crashes_total") >= len(killer.kills), figures
     # with process isolation the server process holds no model: its memory must stay flat
     assert growth < (0.05 if load_server.isolation == "process" else 0.10), figures
     assert "Traceback" not in load_server.log(), load_server.log()
