@@ -46,6 +46,7 @@ class WorkerEngine(WorkerProcess):
         self._max_queue = spec["max_queue"]
         self.adapters: dict[str, bool] = {}
         self._submitting: list[msgspec.Raw] = []       # encoded submissions not yet sent
+        self._cancel_after: list[int] = []             # cancels of requests maybe among them
         super().__init__({**spec, "kind": "engine"}, **options)
         self.n_ctx_seq: int = self.info["n_ctx_seq"]
         self.capacity: int = self.info["capacity"]
@@ -104,11 +105,17 @@ class WorkerEngine(WorkerProcess):
 
     def _send_submissions(self) -> None:
         items, self._submitting = self._submitting, []
+        cancels, self._cancel_after = self._cancel_after, []
         self._send(self.wire.encode(("submit", items)))
+        for rid in cancels:
+            self._cancel(rid)
 
     def _cancel(self, rid: int) -> None:
         if rid in self._requests and self.alive:
-            self._send(self.wire.encode(("cancel", rid)))
+            if self._submitting:          # it may still be waiting to be sent: cancel after it
+                self._cancel_after.append(rid)
+            else:
+                self._send(self.wire.encode(("cancel", rid)))
 
     def add_adapter(self, path: str) -> None:
         """Load the adapter in the worker (FileNotFoundError / ValueError as Engine.add_adapter)."""
