@@ -21,6 +21,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from llamaserve.errors import KNOWN_ERRORS, APIError, api_error_for
+from llamaserve.loaded import limit_heap_arenas
 from llamaserve.logs import configure as configure_logging
 from llamaserve.metrics import Metrics
 from llamaserve.middleware import APIKeyAuth, RequestId, RequestMetrics
@@ -177,6 +178,7 @@ class _Server(uvicorn.Server):
 def serve(config: ServerConfig) -> None:
     """Run the server until SIGINT/SIGTERM; in-flight requests get `shutdown_grace` seconds."""
     configure_logging(config.log_level)
+    limit_heap_arenas()
     app = create_app(config)
     uvicorn_config = uvicorn.Config(app, host=config.host, port=config.port, log_level=config.log_level.lower(),
                                     timeout_graceful_shutdown=math.ceil(config.shutdown_grace + _CUT_MARGIN))

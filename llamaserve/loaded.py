@@ -85,6 +85,29 @@ class Loaded:
         _trim_heap()
 
 
+M_ARENA_MAX = -8     # glibc's mallopt parameter
+
+
+def limit_heap_arenas(n: int = 2) -> None:
+    """Keep glibc to `n` heap arenas (it makes up to 8 per core, one per thread that allocates).
+
+    Models load, reload and unload on varying threads; with many arenas the memory they free sits
+    in whichever arena allocated it, and the server's RSS wanders by megabytes with that history.
+    Called once, before the server starts threads.
+    """
+    try:
+        ctypes.CDLL("libc.so.6").mallopt(M_ARENA_MAX, n)
+    except (OSError, AttributeError):        # not glibc
+        pass
+
+
+def collect_and_trim() -> None:
+    """Free unreachable objects now (a crashed base's failed requests leave reference cycles
+    through their tracebacks) and hand freed heap pages back to the OS."""
+    gc.collect()
+    _trim_heap()
+
+
 def _trim_heap() -> None:
     """Hand freed heap pages back to the OS (glibc keeps them in its arenas after a model unloads)."""
     try:

@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from llamaserve.adapters import Adapter, BaseAdapters, still_inside
-from llamaserve.loaded import Loaded
+from llamaserve.loaded import Loaded, collect_and_trim
 from llamaserve.crashes import CrashRecord
 from llamaserve.errors import CapacityError, ModelFailedError, ModelLoadError, UnknownModelError, WorkerCrashedError
 from llamaserve.logs import loading_model
@@ -194,6 +194,7 @@ class Registry:
             record.pending_restart = False
             record.restarts += 1
             self.metrics.worker_restarts.labels(self.base_alias(key)).inc()
+            await asyncio.to_thread(collect_and_trim)     # what the crashed instance left
         log.info("loaded %s in %.2fs", entry.alias, loaded.load_seconds)
         return loaded
 

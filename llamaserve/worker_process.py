@@ -210,8 +210,9 @@ class WorkerProcess:
             done.set_exception(error)
         self.on_exit(error)
         self._finished.set()
-        if self.crash_reason is not None and self.on_crash is not None:
-            self.on_crash(self)
+        callback, self.on_crash = self.on_crash, None       # once; and no cycle back to the registry's state
+        if self.crash_reason is not None and callback is not None:
+            callback(self)
 
     def _note_exit(self, returncode: int | None) -> None:
         self.crash_reason = self._kill_reason or describe_exit(returncode)

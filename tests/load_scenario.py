@@ -328,6 +328,18 @@ def metric_sum(samples: dict[str, float], name: str, **labels: str) -> float:
                if k.partition("{")[0] == name and all(w in k for w in want))
 
 
+def steady_rss_kib(base_url: str, pid: int, alias: str = "b1") -> int:
+    """The server's RSS in the same state each time: idle, with `alias`'s base loaded (a sample taken
+    while a base swaps or reloads after a crash would count or miss its vocabulary, a few MiB)."""
+    wait_idle(base_url)
+    for _ in range(20):       # a base may be failed for a while (its backoff) or just crashed
+        if httpx.post(f"{base_url}/admin/models/{alias}/load", timeout=60).status_code == 200:
+            break
+        time.sleep(0.5)
+    time.sleep(0.2)
+    return rss_kib(pid)
+
+
 def wait_idle(base_url: str, timeout: float = 15) -> dict[str, float]:
     """Metrics once no sequence is active or queued (or the last reading at the timeout)."""
     deadline = time.monotonic() + timeout
