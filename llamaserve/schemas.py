@@ -64,6 +64,7 @@ class SamplingFields(AdapterFields):
     stream: bool = False
     stream_options: StreamOptions | None = None
     response_format: dict[str, Any] | None = None
+    grammar: str | None = None          # llama.cpp's field: a GBNF grammar the output must match
     json_whitespace: Literal["none", "compact", "pretty"] | None = None   # extension: whitespace in JSON output
     ignore_eos: bool = False
     user: str | None = None

@@ -1,4 +1,5 @@
-"""A request's ``response_format`` grammar: converted off the event loop, through the server's cache.
+"""A request's grammar: its ``response_format`` converted off the event loop, through the server's
+cache, or its own GBNF ``grammar`` (llama.cpp's field), parsed by llama.cpp before it is used.
 
 Conversion is pure Python bounded by the configured grammar limits; in a worker thread it gives
 up the GIL every few milliseconds, so other requests keep streaming tokens meanwhile, and a
@@ -15,9 +16,11 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from llamacore import Model, Sampler
 from llamacore.chat import grammar_for
 from llamacore.grammar_cache import GrammarCache
 from llamacore.grammar_limits import GrammarLimits
+from llamaserve.errors import APIError
 from llamaserve.metrics import Metrics
 from llamaserve.schemas import SamplingFields
 from llamaserve.settings import ModelEntry, ServerConfig
@@ -38,6 +41,15 @@ class _CacheCollector(Collector):
         yield GaugeMetricFamily("llamaserve_grammar_cache_bytes", "Bytes of grammar text in the cache", value=c.size)
 
 
+async def check_grammar(model: Model, grammar: str) -> None:
+    """Parse a client's GBNF grammar with llama.cpp (off the event loop); APIError 400 with the
+    parser's reason when it does not parse, before any response has started."""
+    try:
+        await asyncio.to_thread(Sampler().grammar, model, grammar)
+    except ValueError as exc:
+        raise APIError(400, f"grammar: {exc}", param="grammar") from None
+
+
 def grammar_cache(config: ServerConfig, metrics: Metrics) -> GrammarCache:
     """The server's grammar cache, under the configured limits, reported on /metrics."""
     limits = GrammarLimits(max_size=config.grammar_max_size, max_depth=config.grammar_max_depth,
@@ -48,7 +60,12 @@ def grammar_cache(config: ServerConfig, metrics: Metrics) -> GrammarCache:
 
 
 async def response_grammar(state: Any, body: SamplingFields, entry: ModelEntry) -> str | None:
-    """GBNF for the request's response_format (None for text); ValueError (a 400) if refused."""
+    """GBNF for the request's `grammar` or response_format (None for text); ValueError (a 400) if
+    refused. A `grammar` is checked against llama.cpp's parser by `check_grammar`, once the model is there."""
+    if body.grammar is not None:
+        if body.response_format and body.response_format.get("type") != "text":
+            raise ValueError("give either grammar or response_format, not both")
+        return body.grammar
     if not body.response_format:
         return None
     whitespace = body.json_whitespace or entry.json_whitespace or "compact"

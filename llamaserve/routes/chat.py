@@ -28,7 +28,7 @@ from llamaserve.routes.requests import (
     respond,
 )
 from llamaserve.schemas import ChatRequest
-from llamaserve.structured import response_grammar
+from llamaserve.structured import check_grammar, response_grammar
 
 
 async def chat_completions(request: Request) -> Response:
@@ -43,11 +43,15 @@ async def chat_completions(request: Request) -> Response:
         try:
             tools, tool_grammar = tool_setup(template, body.tools, body.tool_choice)
             tokens, template_stops = prompt_tokens(engine.model, template, messages, tools)
+            if tool_grammar and body.grammar is not None:
+                raise ValueError("grammar cannot be combined with a tool_choice that forces a call")
             grammar = tool_grammar or await response_grammar(state, body, entry)
             stops = template_stops + body.stop_list()
         except ValueError as exc:
             raise APIError(400, str(exc)) from None
         check_prompt_fits(len(tokens), engine.n_ctx_seq)
+        if body.grammar is not None:
+            await check_grammar(engine.model, body.grammar)
         choices = [Choice(index=j, tokens=tokens, sampling=body.sampling(grammar, j)) for j in range(body.n)]
         events = run_choices(engine, choices, stack, max_tokens=body.max_completion_tokens or body.max_tokens,
                              adapters=acquired.selection.key, stops=stops,

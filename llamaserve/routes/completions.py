@@ -22,7 +22,7 @@ from llamaserve.routes.requests import (
     respond,
 )
 from llamaserve.schemas import CompletionRequest
-from llamaserve.structured import response_grammar
+from llamaserve.structured import check_grammar, response_grammar
 
 
 def _prompts(body: CompletionRequest, model) -> list[list[int]]:
@@ -62,6 +62,8 @@ async def completions(request: Request) -> Response:
         acquired = await acquire_engine(stack, state.registry, body, body.model)
         entry, engine = acquired.entry, acquired.engine
         prompts = _prompts(body, engine.model)
+        if body.grammar is not None:
+            await check_grammar(engine.model, body.grammar)
         for tokens in prompts:
             check_prompt_fits(len(tokens), engine.n_ctx_seq)
         choices = [Choice(index=i * body.n + j, tokens=tokens, sampling=body.sampling(grammar, j))
