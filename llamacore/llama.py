@@ -357,9 +357,11 @@ class Llama:
         return chat.create_chat_completion(self, messages, **kwargs)
 
     def create_embedding(self, input: str | list[str] | list[int] | list[list[int]], model: str | None = None,
-                         normalize: bool = True) -> CreateEmbeddingResponse:
-        """OpenAI-shaped embeddings (normalized to unit length, as OpenAI's are)."""
-        _, vectors, n_tokens = self._embed(input, normalize, True)
+                         normalize: bool = True, truncate: bool = True) -> CreateEmbeddingResponse:
+        """OpenAI-shaped embeddings (normalized to unit length, as OpenAI's are). An input longer than
+        n_batch is cut to it (as llama-cpp-python does), or refused with ValueError when `truncate`
+        is False; usage counts the tokens embedded."""
+        _, vectors, n_tokens = self._embed(input, normalize, truncate)
         return embedding_response(vectors, model or self.model_path, n_tokens)
 
     def embed(self, input, normalize: bool = False, truncate: bool = True, return_count: bool = False):

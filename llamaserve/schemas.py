@@ -129,6 +129,7 @@ class EmbeddingRequest(AdapterFields):      # adapter fields only to refuse them
     input: str | list[str] | list[int] | list[list[int]]
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = None
+    truncate: bool = False      # llama.cpp's and TEI's field: cut inputs longer than the model takes
     user: str | None = None
 
 

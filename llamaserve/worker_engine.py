@@ -169,8 +169,9 @@ class WorkerEmbedder(WorkerProcess):
     def memory_bytes(self) -> int:
         return int(self.info["memory_bytes"])
 
-    def create_embedding(self, input: Any, model: str | None = None) -> dict[str, Any]:
-        return self.call("create_embedding", input, model)
+    def create_embedding(self, input: Any, model: str | None = None, normalize: bool = True,
+                         truncate: bool = True) -> dict[str, Any]:
+        return self.call("create_embedding", input, model, normalize, truncate)
 
 
 __all__ = ["WorkerEmbedder", "WorkerEngine", "vocab_model"]

@@ -228,6 +228,19 @@ def test_embedding_dimensions_are_honoured_or_refused(client):
         assert err.value.body["param"] == "dimensions" and "64-dimensional" in err.value.body["message"]
 
 
+def test_an_embedding_input_too_long_is_refused_or_truncated_on_request(client):
+    long_text = " ".join(["apple"] * 3000)          # more tokens than the model takes (n_batch)
+    with pytest.raises(openai.BadRequestError) as err:
+        client.embeddings.create(model="emb", input=long_text)
+    assert err.value.body["code"] == "context_length_exceeded" and err.value.body["param"] == "input"
+    assert "truncate" in err.value.body["message"]
+    cut = client.embeddings.create(model="emb", input=long_text, extra_body={"truncate": True})
+    short = client.embeddings.create(model="emb", input="apple")
+    assert len(cut.data[0].embedding) == len(short.data[0].embedding)
+    limit = int(err.value.body["message"].split("the limit is ")[1].split()[0])
+    assert cut.usage.prompt_tokens == limit                    # usage counts what was embedded
+
+
 async def _complete(aclient, model, prompt, n=16):
     out = await aclient.completions.create(model=model, prompt=prompt, max_tokens=n, temperature=0)
     return out.choices[0].text

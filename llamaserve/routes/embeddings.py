@@ -36,9 +36,11 @@ async def embeddings(request: Request) -> Response:
         async with loaded.embed_lock:
             try:
                 result = await asyncio.to_thread(loaded.embedder.create_embedding, body.input,
-                                                 body.model or entry.alias)
+                                                 body.model or entry.alias, True, body.truncate)
             except ValueError as exc:
-                raise APIError(400, str(exc), param="input") from None
+                code = "context_length_exceeded" if "the limit is" in str(exc) else None
+                hint = "; send \"truncate\": true to cut it" if code else ""
+                raise APIError(400, f"{exc}{hint}", param="input", code=code) from None
     if body.encoding_format == "base64":
         for item in result["data"]:
             item["embedding"] = base64.b64encode(np.asarray(item["embedding"], dtype="<f4").tobytes()).decode()
