@@ -16,7 +16,6 @@ from typing import Any
 
 import msgspec
 
-from llamacore import Model
 from llamacore.events import Failed
 from llamaserve.errors import QueueFullError
 from llamaserve.scheduler import GenRequest
@@ -25,12 +24,6 @@ from llamaserve.worker_process import WorkerProcess
 
 
 GATHER = 0.001     # seconds an idle worker's first submission waits for others arriving with it
-
-
-def vocab_model(path: str, model_kwargs: dict[str, Any]) -> Model:
-    """The model's tokenizer and metadata without its weights (what the server process needs)."""
-    keep = {k: v for k, v in model_kwargs.items() if k == "kv_overrides"}
-    return Model(path, vocab_only=True, **keep)
 
 
 class WorkerEngine(WorkerProcess):
@@ -50,11 +43,7 @@ class WorkerEngine(WorkerProcess):
         super().__init__({**spec, "kind": "engine"}, **options)
         self.n_ctx_seq: int = self.info["n_ctx_seq"]
         self.capacity: int = self.info["capacity"]
-        try:
-            self.model = vocab_model(spec["model"], spec["model_kwargs"])
-        except BaseException:
-            self.close()
-            raise
+        self.model = self._vocab(spec["model"], spec["model_kwargs"])
 
     def start(self) -> WorkerEngine:
         return self
@@ -66,9 +55,6 @@ class WorkerEngine(WorkerProcess):
     @property
     def queued(self) -> int:
         return max(0, len(self._requests) - self._active)
-
-    def memory_bytes(self) -> int:
-        return int(self.info["memory_bytes"])
 
     def speculative_counts(self) -> tuple[int, int] | None:
         return self._counts if self._speculative else None
@@ -160,18 +146,11 @@ class WorkerEmbedder(WorkerProcess):
 
     def __init__(self, spec: dict[str, Any], **options: Any) -> None:
         super().__init__({**spec, "kind": "embed"}, **options)
-        try:
-            self.model = vocab_model(spec["model"], spec["llama_kwargs"])
-        except BaseException:
-            self.close()
-            raise
-
-    def memory_bytes(self) -> int:
-        return int(self.info["memory_bytes"])
+        self.model = self._vocab(spec["model"], spec["llama_kwargs"])
 
     def create_embedding(self, input: Any, model: str | None = None, normalize: bool = True,
                          truncate: bool = True) -> dict[str, Any]:
         return self.call("create_embedding", input, model, normalize, truncate)
 
 
-__all__ = ["WorkerEmbedder", "WorkerEngine", "vocab_model"]
+__all__ = ["WorkerEmbedder", "WorkerEngine"]

@@ -27,6 +27,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
+from llamacore import Model
 from llamaserve.errors import EngineClosedError, WorkerCrashedError
 from llamaserve.worker_forks import ForkedWorker, fork_server
 from llamaserve.worker_messages import decode_error
@@ -146,6 +147,19 @@ class WorkerProcess:
             write()
         else:
             self.loop.call_soon_threadsafe(write)
+
+    def _vocab(self, path: str, load_kwargs: dict[str, Any]) -> Model:
+        """The model's tokenizer and metadata without its weights (what the server process needs);
+        the worker is closed if it cannot be read."""
+        try:
+            return Model(path, vocab_only=True, **{k: v for k, v in load_kwargs.items() if k == "kv_overrides"})
+        except BaseException:
+            self.close()
+            raise
+
+    def memory_bytes(self) -> int:
+        """What the worker reported its model and context take."""
+        return int(self.info["memory_bytes"])
 
     # -- calls -------------------------------------------------------------------------------
 
