@@ -7,6 +7,8 @@ from typing import Any
 
 from pydantic.json_schema import models_json_schema
 
+from llamaserve.anthropic import MessagesRequest
+
 from llamaserve.schemas import (
     AddAdapterRequest,
     ApplyTemplateRequest,
@@ -57,7 +59,7 @@ def openapi_schema() -> dict[str, Any]:
     _, defs = models_json_schema(
         [(m, "validation") for m in (CompletionRequest, ChatRequest, EmbeddingRequest, AddAdapterRequest,
                                      LoadLoraAdapterRequest, UnloadLoraAdapterRequest, TokenizeRequest,
-                                     DetokenizeRequest, ApplyTemplateRequest)],
+                                     DetokenizeRequest, ApplyTemplateRequest, MessagesRequest)],
         ref_template="#/components/schemas/{model}",
     )
     schemas = dict(defs.get("$defs", {}))
@@ -90,7 +92,10 @@ def openapi_schema() -> dict[str, Any]:
             "/detokenize": _post("Tokens back to text (llama.cpp server's route)", "DetokenizeRequest"),
             "/apply-template": _post("The prompt a chat template renders for messages (llama.cpp server's route)",
                                      "ApplyTemplateRequest"),
+            "/v1/messages": _post("Anthropic Messages API (errors in Anthropic's shape)", "MessagesRequest"),
+            "/v1/messages/count_tokens": _post("Anthropic's token count for a Messages request", "MessagesRequest"),
             "/health": _get("Liveness"),
+            "/ready": _get("Readiness: 503 while loading (ready_requires_model) or draining"),
             "/metrics": _get("Prometheus metrics"),
         },
         "components": {"schemas": schemas},

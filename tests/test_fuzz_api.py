@@ -44,9 +44,8 @@ def api(tmp_path_factory, tiny_model_path, embed_model_path):
     assert proc.stop() == 0, proc.log()
 
 
-@pytest.fixture(scope="module")
-def operations(api):
-    """Body strategies (valid and invalid) from the running server's /openapi.json."""
+def operation_strategies(api, paths) -> dict:
+    """Body strategies (valid and invalid) for the POST `paths`, from the running server's /openapi.json."""
     schemathesis = pytest.importorskip("schemathesis")
     doc = httpx.get(api.base_url + "/openapi.json", timeout=10).json()
     assert doc["openapi"].startswith("3.1")
@@ -55,7 +54,12 @@ def operations(api):
     config = schemathesis.config.SchemathesisConfig.from_dict({"max-stream-events": 1000})
     schema = schemathesis.openapi.from_dict(doc, config=config)
     modes = (schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGATIVE)
-    return {path: st.one_of(*(schema[path]["POST"].as_strategy(mode) for mode in modes)) for path in MODEL_FOR}
+    return {path: st.one_of(*(schema[path]["POST"].as_strategy(mode) for mode in modes)) for path in paths}
+
+
+@pytest.fixture(scope="module")
+def operations(api):
+    return operation_strategies(api, MODEL_FOR)
 
 
 def _int(v) -> bool:
@@ -247,3 +251,49 @@ def test_malformed_structures_are_client_errors(api, body):
     expect_error(post(api, CHAT, body))
     if "response_format" in body:
         expect_error(post(api, COMPLETIONS, completion(response_format=body["response_format"])))
+
+
+# -- Anthropic's Messages route: the same fuzzing, Anthropic's shapes ---------------------------
+
+MESSAGES = "/v1/messages"
+
+
+def check_messages_response(status: int, content: bytes, ctype: str, where: str) -> None:
+    """No 5xx but 503; errors as {"type": "error", "error": {type, message}}; answers as a message or
+    Anthropic's event stream (an error event allowed, never a server error)."""
+    assert status < 500 or status == 503, f"{where}: {status} {content[:500]!r}"
+    if ctype.startswith("text/event-stream"):
+        text = content.decode()
+        assert text.startswith("event: message_start"), f"{where}: {text[:300]!r}"
+        for line in text.splitlines():
+            if line.startswith("data: "):
+                event = json.loads(line[6:])
+                if event["type"] == "error":
+                    assert event["error"]["type"] != "api_error", f"{where}: {event}"
+        return
+    body = json.loads(content)
+    if status == 200:
+        assert body["type"] == "message" and body["role"] == "assistant", f"{where}: {body!r}"
+    else:
+        assert body["type"] == "error" and set(body["error"]) == {"type", "message"}, f"{where}: {body!r}"
+
+
+def test_schemathesis_fuzz_messages(api):
+    strategy = operation_strategies(api, [MESSAGES])[MESSAGES]
+
+    @SETTINGS
+    @given(data=st.data())
+    def fuzz(data):
+        case = data.draw(strategy, label="case")
+        if isinstance(case.body, dict):
+            if data.draw(st.booleans(), label="right model"):
+                case.body["model"] = "m"
+            if _int(case.body.get("max_tokens")) and case.body["max_tokens"] > 4:
+                case.body["max_tokens"] = 1 + case.body["max_tokens"] % 4
+        resp = case.call(base_url=api.base_url, timeout=60)
+        where = f"{MESSAGES} {case.body!r:.500}"
+        check_messages_response(resp.status_code, resp.content, header(resp, "content-type") or "", where)
+        assert httpx.get(api.base_url + "/health", timeout=10).status_code == 200, api.log()
+
+    fuzz()
+    assert api.proc.poll() is None
