@@ -18,6 +18,7 @@ import os
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from llamaserve.adapters import Adapter, BaseAdapters, still_inside
 from llamaserve.loaded import Loaded, collect_and_trim
@@ -46,7 +47,7 @@ class Registry:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closing = False
         self.crashes: dict[tuple, CrashRecord] = {}       # per base: its worker processes' crashes
-        self._restarts: set[asyncio.Task] = set()
+        self._background: set[asyncio.Task] = set()     # loads and starts nobody awaits
         bases: dict[tuple, list[ModelEntry]] = {}
         for e in config.models:
             bases.setdefault(e.base_key(), []).append(e)
@@ -218,12 +219,16 @@ class Registry:
         self.metrics.loaded_models.set(len(self.loaded))
         asyncio.get_running_loop().run_in_executor(None, loaded.close_crashed)
         if record.retry_after() is None and not self._closing:
-            task = asyncio.get_running_loop().create_task(self._load_in_background(loaded.entries[0]))
-            self._restarts.add(task)
-            task.add_done_callback(self._restarts.discard)
+            self._in_background(self._load_logged(loaded.entries[0]))
         else:
             log.error("model %s is failed after %d crashes; next load in %.0f s", self.base_alias(loaded.key),
                       record.crashes, record.retry_after() or 0)
+
+    def _in_background(self, work: Any) -> None:
+        """Run the coroutine `work` as a task the registry keeps until it ends (and cancels on close)."""
+        task = asyncio.get_running_loop().create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     def default_loaded(self) -> bool:
         entry = self.config.default_entry()
@@ -233,11 +238,9 @@ class Registry:
         """Load the default model now, in the background (ready_requires_model)."""
         entry = self.config.default_entry()
         if entry is not None:
-            task = asyncio.get_running_loop().create_task(self._load_in_background(entry))
-            self._restarts.add(task)
-            task.add_done_callback(self._restarts.discard)
+            self._in_background(self._load_logged(entry))
 
-    async def _load_in_background(self, entry: ModelEntry) -> None:
+    async def _load_logged(self, entry: ModelEntry) -> None:
         try:
             await self.load(entry)
         except Exception as exc:        # the load's own error is logged and counted there
@@ -352,9 +355,7 @@ class Registry:
     def start(self) -> None:
         if any(isolation(e) == "process" for e in self.config.models):
             # imports llamacore once, now, so that the first worker forks in milliseconds
-            task = asyncio.get_running_loop().create_task(asyncio.to_thread(fork_server))
-            self._restarts.add(task)
-            task.add_done_callback(self._restarts.discard)
+            self._in_background(asyncio.to_thread(fork_server))
 
         async def loop() -> None:
             while True:
@@ -366,7 +367,7 @@ class Registry:
         self._closing = True
         if self._idle_task is not None:
             self._idle_task.cancel()
-        for task in list(self._restarts):
+        for task in list(self._background):
             task.cancel()
         for loaded in list(self.loaded.values()):
             await self.unload(loaded, reason="shutdown")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import threading
 import time
 from typing import Any
 
@@ -27,12 +26,12 @@ GATHER = 0.001     # seconds an idle worker's first submission waits for others 
 
 
 class WorkerEngine(WorkerProcess):
-    """llamaserve.engine.Engine's interface, served by a worker process."""
+    """llamaserve.engine.Engine's interface, served by a worker process. Submissions, cancels and
+    the worker's frames are all handled on the event loop's thread, so its state needs no lock."""
 
     def __init__(self, spec: dict[str, Any], **options: Any) -> None:
         self._requests: dict[int, GenRequest] = {}
         self._ids = itertools.count(1)
-        self._lock = threading.Lock()
         self._active = 0
         self._counts: tuple[int, int] = (0, 0)
         self._speculative = bool(spec.get("speculative"))
@@ -71,14 +70,13 @@ class WorkerEngine(WorkerProcess):
         rid = next(self._ids)
         item = self.wire.encode_item([rid, req.tokens, encode_sampling(req.sampling), req.max_tokens,
                                       [list(a) for a in req.adapters], req.n_logprobs, req.ignore_eos])
-        with self._lock:
-            if not self.alive or self._closing:
-                raise self._gone_error()
-            if len(self._requests) >= self.capacity:
-                raise QueueFullError(f"queue is full ({self._max_queue} waiting)")
-            if not self.has_work():
-                self._last_frame = time.monotonic()   # the watchdog measures this work from now
-            self._requests[rid] = req
+        if not self.alive or self._closing:
+            raise self._gone_error()
+        if len(self._requests) >= self.capacity:
+            raise QueueFullError(f"queue is full ({self._max_queue} waiting)")
+        if not self.has_work():
+            self._last_frame = time.monotonic()   # the watchdog measures this work from now
+        self._requests[rid] = req
         req.on_cancel = lambda: self._cancel(rid)
         # the submissions of one event-loop turn (a request's n choices, a burst of clients) go
         # in one frame, so the worker queues them together and they share the next step
@@ -121,17 +119,12 @@ class WorkerEngine(WorkerProcess):
         self._counts = (drafted, accepted)
         for item in events:
             rid, event = decode_event(item)
-            if item[1] in (FINISHED, FAILED):
-                with self._lock:
-                    req = self._requests.pop(rid, None)
-            else:
-                req = self._requests.get(rid)
+            req = self._requests.pop(rid, None) if item[1] in (FINISHED, FAILED) else self._requests.get(rid)
             if req is not None:
                 req.emit(event)
 
     def on_exit(self, error: Exception) -> None:
-        with self._lock:
-            requests, self._requests = self._requests, {}
+        requests, self._requests = self._requests, {}
         self._active = 0
         for req in requests.values():
             req.emit(Failed(error))
