@@ -51,6 +51,10 @@ try:
         reply = json.load(r)
     assert reply["object"] == "text_completion" and reply["usage"]["completion_tokens"] >= 1, reply
     print("llamaserve: ok", repr(reply["choices"][0]["text"]))
+    with urllib.request.urlopen(base + "/", timeout=10) as r:       # the chat page, shipped as package data
+        page = r.read().decode()
+    assert r.headers["Content-Type"].startswith("text/html") and "/v1/chat/completions" in page, page[:200]
+    print("chat page: ok", len(page), "bytes")
 finally:
     server.terminate()
     server.wait(timeout=30)

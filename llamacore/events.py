@@ -1,6 +1,6 @@
 """Typed generation events, shared by `Llama`'s loop and the server's engine.
 
-A generation produces `Token`s (ids, from the engine's thread) or `Text` (detokenized, safe to
+A generation starts with `Started` (it took a sequence; the engine's events only), produces `Token`s (ids, from the engine's thread) or `Text` (detokenized, safe to
 send), and ends with exactly one `Finished` or `Failed`. The finish reason is an enum, so a
 cancelled generation is reported as cancelled and can never pass for "length".
 """
@@ -26,6 +26,14 @@ class FinishReason(str, enum.Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+@dataclass(frozen=True)
+class Started:
+    """The request took a sequence and its prompt is being computed; `n_cached` of its tokens were in
+    the KV cache already (a reused or shared prefix) and cost nothing."""
+
+    n_cached: int
 
 
 @dataclass(frozen=True)
@@ -56,7 +64,7 @@ class Failed:
     error: BaseException
 
 
-EngineEvent = Union[Token, Finished, Failed]
+EngineEvent = Union[Started, Token, Finished, Failed]
 TextEvent = Union[Text, Finished]
 
-__all__ = ["EngineEvent", "Failed", "FinishReason", "Finished", "Text", "TextEvent", "Token"]
+__all__ = ["EngineEvent", "Failed", "FinishReason", "Finished", "Started", "Text", "TextEvent", "Token"]

@@ -11,20 +11,39 @@ from __future__ import annotations
 
 import time
 import uuid
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _package_version
 from dataclasses import dataclass, field
-from typing import Any, Literal, Optional, TypedDict
+from typing import Any, Literal, NotRequired, Optional, Required, TypedDict
 
 from llamacore import tool_calls
 from llamacore.events import Finished, FinishReason, Text
 from llamacore.logprobs import TokenLogprob
 
+
+
+def _fingerprint() -> str:
+    """What OpenAI's `system_fingerprint` names: the build that answered, in llama-server's form b<build>."""
+    try:
+        return f"b{_package_version('llamacore')}"
+    except PackageNotFoundError:      # run from a source tree that was never installed
+        return "b0"
+
+
+SYSTEM_FINGERPRINT = _fingerprint()
+
 # -- shapes ------------------------------------------------------------------------------------
 
 
-class CompletionUsage(TypedDict):
-    prompt_tokens: int
-    completion_tokens: int
-    total_tokens: int
+class PromptTokensDetails(TypedDict):
+    cached_tokens: int
+
+
+class CompletionUsage(TypedDict, total=False):
+    prompt_tokens: Required[int]
+    completion_tokens: Required[int]
+    total_tokens: Required[int]
+    prompt_tokens_details: PromptTokensDetails
 
 
 class CompletionLogprobs(TypedDict):
@@ -47,6 +66,7 @@ class _CompletionBase(TypedDict):
     created: int
     model: str
     choices: list[CompletionChoice]
+    system_fingerprint: NotRequired[str]
 
 
 class CreateCompletionResponse(_CompletionBase, total=False):
@@ -100,6 +120,7 @@ class CreateChatCompletionResponse(TypedDict):
     model: str
     choices: list[ChatCompletionResponseChoice]
     usage: CompletionUsage
+    system_fingerprint: NotRequired[str]
 
 
 class ChatCompletionStreamResponseDelta(TypedDict, total=False):
@@ -121,6 +142,7 @@ class _ChatChunkBase(TypedDict):
     created: int
     model: str
     choices: list[ChatCompletionStreamResponseChoice]
+    system_fingerprint: NotRequired[str]
 
 
 class CreateChatCompletionStreamResponse(_ChatChunkBase, total=False):
@@ -152,9 +174,13 @@ def new_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex}"
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> CompletionUsage:
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int | None = None) -> CompletionUsage:
+    """OpenAI's usage; `cached_tokens` (prompt tokens found in the KV cache) where the caller knows them."""
+    out: CompletionUsage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                            "total_tokens": prompt_tokens + completion_tokens}
+    if cached_tokens is not None:
+        out["prompt_tokens_details"] = {"cached_tokens": cached_tokens}
+    return out
 
 
 def embedding_response(vectors: list[Any], model: str, n_tokens: int) -> CreateEmbeddingResponse:
@@ -193,30 +219,36 @@ class Envelope:
 
     def completion(self, choices: list[CompletionChoice], usage: CompletionUsage) -> CreateCompletionResponse:
         return {"id": self.id, "object": "text_completion", "created": self.created, "model": self.model,
+                "system_fingerprint": SYSTEM_FINGERPRINT,
                 "choices": choices, "usage": usage}
 
     def completion_chunk(self, index: int, text: str, finish: FinishReason | None = None,
                          logprobs: CompletionLogprobs | None = None) -> CreateCompletionStreamResponse:
         return {"id": self.id, "object": "text_completion", "created": self.created, "model": self.model,
+                "system_fingerprint": SYSTEM_FINGERPRINT,
                 "choices": [{"text": text, "index": index, "logprobs": logprobs,
                              "finish_reason": _reason(finish)}]}
 
     def completion_usage_chunk(self, usage: CompletionUsage) -> CreateCompletionStreamResponse:
         return {"id": self.id, "object": "text_completion", "created": self.created, "model": self.model,
+                "system_fingerprint": SYSTEM_FINGERPRINT,
                 "choices": [], "usage": usage}
 
     def chat(self, choices: list[ChatCompletionResponseChoice], usage: CompletionUsage) -> CreateChatCompletionResponse:
         return {"id": self.id, "object": "chat.completion", "created": self.created, "model": self.model,
+                "system_fingerprint": SYSTEM_FINGERPRINT,
                 "choices": choices, "usage": usage}
 
     def chat_chunk(self, index: int, delta: ChatCompletionStreamResponseDelta, finish: FinishReason | None = None,
                    logprobs: ChatCompletionLogprobs | None = None) -> CreateChatCompletionStreamResponse:
         return {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
+                "system_fingerprint": SYSTEM_FINGERPRINT,
                 "choices": [{"index": index, "delta": delta, "logprobs": logprobs,
                              "finish_reason": _reason(finish)}]}
 
     def chat_usage_chunk(self, usage: CompletionUsage) -> CreateChatCompletionStreamResponse:
         return {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
+                "system_fingerprint": SYSTEM_FINGERPRINT,
                 "choices": [], "usage": usage}
 
 

@@ -27,6 +27,7 @@ from llamaserve.metrics import Metrics
 from llamaserve.middleware import APIKeyAuth, RequestId, RequestMetrics
 from llamaserve.openapi import openapi_schema
 from llamaserve.registry import Registry
+from llamaserve.response_store import ResponseStore
 from llamaserve.routes.admin import (
     add_adapter,
     admin_load,
@@ -40,6 +41,7 @@ from llamaserve.routes.admin import (
 from llamaserve.routes.chat import chat_completions
 from llamaserve.routes.completions import completions
 from llamaserve.routes.embeddings import embeddings
+from llamaserve.routes.llama_completion import llama_completion
 from llamaserve.routes.messages import count_tokens, messages
 from llamaserve.routes.models import (
     get_model,
@@ -50,7 +52,9 @@ from llamaserve.routes.models import (
     prometheus,
     set_lora_adapters,
 )
+from llamaserve.routes.responses import create_response, delete_response, get_response
 from llamaserve.routes.utility import apply_template, detokenize, tokenize
+from llamaserve.routes.web_ui import chat_page
 from llamaserve.settings import ServerConfig
 from llamaserve.shutdown import Drain, DrainMiddleware
 from llamaserve.structured import grammar_cache
@@ -73,6 +77,13 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
 
 async def _openapi(request: Request) -> Response:
     return JSONResponse(openapi_schema())
+
+
+def _unversioned(routes: list[Route]) -> list[Route]:
+    """The OpenAI routes again without their /v1 prefix, as llama-server serves them (/chat/completions...)."""
+    taken = {r.path for r in routes}
+    return [Route(r.path.removeprefix("/v1"), r.endpoint, methods=list(r.methods or ()))
+            for r in routes if r.path.startswith("/v1/") and r.path.removeprefix("/v1") not in taken]
 
 
 def create_app(config: ServerConfig) -> Starlette:
@@ -100,11 +111,15 @@ def create_app(config: ServerConfig) -> Starlette:
         Route("/lora-adapters", set_lora_adapters, methods=["POST"]),
         Route("/v1/load_lora_adapter", vllm_load, methods=["POST"]),
         Route("/v1/unload_lora_adapter", vllm_unload, methods=["POST"]),
+        Route("/completion", llama_completion, methods=["POST"]),
         Route("/tokenize", tokenize, methods=["POST"]),
         Route("/detokenize", detokenize, methods=["POST"]),
         Route("/apply-template", apply_template, methods=["POST"]),
         Route("/v1/messages", messages, methods=["POST"]),
         Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
+        Route("/v1/responses", create_response, methods=["POST"]),
+        Route("/v1/responses/{response_id}", get_response, methods=["GET"]),
+        Route("/v1/responses/{response_id}", delete_response, methods=["DELETE"]),
         Route("/health", health, methods=["GET"]),
         Route("/ready", ready, methods=["GET"]),
         Route("/metrics", prometheus, methods=["GET"]),
@@ -116,12 +131,15 @@ def create_app(config: ServerConfig) -> Starlette:
         Route("/admin/adapters", add_adapter, methods=["POST"]),
         Route("/admin/adapters/{alias:path}", remove_adapter, methods=["DELETE"]),
     ]
+    if config.web_ui:
+        routes.append(Route("/", chat_page, methods=["GET"]))
+    routes += _unversioned(routes)
     middleware = [Middleware(RequestId), Middleware(RequestMetrics, metrics=metrics, routes=routes),
                   Middleware(DrainMiddleware, drain=drain)]
     if config.cors_origins:
         middleware.append(Middleware(CORSMiddleware, allow_origins=list(config.cors_origins),
                                      allow_methods=["GET", "POST", "DELETE", "OPTIONS"], allow_headers=["*"]))
-    middleware.append(Middleware(APIKeyAuth, api_key=config.api_key))
+    middleware.append(Middleware(APIKeyAuth, api_key=config.api_key, pages=("/",) if config.web_ui else ()))
     handlers: dict[Any, Callable[[Request, Any], Awaitable[Response]]] = {
         APIError: _api_error, **{cls: _api_error for cls in KNOWN_ERRORS},
         HTTPException: _http_error, Exception: _unexpected}
@@ -131,6 +149,7 @@ def create_app(config: ServerConfig) -> Starlette:
     app.state.metrics = metrics
     app.state.drain = drain
     app.state.grammars = grammar_cache(config, metrics)
+    app.state.responses = ResponseStore(config.responses_store_size)
     return app
 
 

@@ -13,7 +13,7 @@ from llamacore.sampling import SamplingParams
 from llamaserve.aio import merge
 from llamaserve.engines import AnyEngine
 from llamaserve.errors import APIError, api_error_for
-from llamaserve.generation import Generation, generate
+from llamaserve.generation import Generation, Timings, generate
 from llamaserve.metrics import Metrics
 
 
@@ -23,6 +23,12 @@ class Choice(ChoiceOutput):
 
     tokens: list[int]
     sampling: SamplingParams
+    timings: Timings | None = None      # set once submitted
+
+
+def cached_tokens(choices: list[Choice], n: int = 1) -> int:
+    """Prompt tokens the KV cache already held, counting each prompt once (its first of `n` choices)."""
+    return sum(c.timings.n_cached for c in choices[::n] if c.timings is not None)
 
 
 def run_choices(engine: AnyEngine, choices: list[Choice], stack: AsyncExitStack, *, max_tokens: int | None,
@@ -55,6 +61,7 @@ def run_choices(engine: AnyEngine, choices: list[Choice], stack: AsyncExitStack,
             gens.append(generate(engine, c.tokens, c.sampling, max_tokens=max_tokens, adapters=adapters,
                                  stops=stops, n_logprobs=n_logprobs, ignore_eos=ignore_eos, metrics=metrics,
                                  model_name=model_name))
+            c.timings = gens[-1].timings
     return _run(gens, choices)
 
 

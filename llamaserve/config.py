@@ -40,6 +40,7 @@ from llamaserve.config_keys import (
     parse_size,
     suggest,
 )
+from llamaserve.config_lcp import translate_lcp_config
 from llamaserve.discovery import discover
 from llamaserve.settings import ModelEntry, ServerConfig
 
@@ -121,6 +122,7 @@ def parse_config(data: dict, source: Path | None, base_dir: Path) -> ServerConfi
     if shape:
         raise ConfigError([f"{problems.label}: {shape}"])
     data = _interpolate(data, "", problems)
+    data = translate_lcp_config(data, problems)    # llama-cpp-python's server config keys in ours
     settings = _fields(data, ROOT_KEYS, "", problems, allowed=(*ROOT_KEYS, "defaults", "models"))
 
     raw_defaults = _mapping(data.get("defaults"), "defaults", problems)
@@ -266,6 +268,7 @@ def _entry(label: str, raw: dict, base_dir: Path, problems: Problems) -> tuple[s
         speculative=raw.get("speculative"),
         json_whitespace=raw.get("json_whitespace"), isolation=raw.get("isolation"),
         step_timeout=raw.get("step_timeout"), max_rss=raw.get("max_rss"),
+        sampling=MappingProxyType(dict(raw.get("sampling") or {})),
     )
     return label, entry
 

@@ -25,6 +25,7 @@ from llamacore.options import (
 
 ISOLATION_MODES = ("thread", "process")
 DEFAULT_ISOLATION = "process"     # chosen by measurement: benchmarks/bench_isolation.py
+UNKNOWN_MODEL_POLICIES = ("error", "default")     # a request naming no configured model: 404, or the default
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*(?:([kmgtp])(i)?)?(b)?\s*$", re.IGNORECASE)
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*(s|m|h)?\s*$", re.IGNORECASE)
@@ -231,6 +232,41 @@ def _speculative(v: Any) -> dict[str, int]:
         raise Invalid(f"n_draft or ngram_size: {e}") from None
 
 
+def _at_most(check: Check, hi: float) -> Check:
+    def bounded(v: Any) -> Any:
+        value = check(v)
+        if value > hi:
+            raise Invalid(f"must be at most {hi:g}, got {value}")
+        return value
+    return bounded
+
+
+# request fields a model entry may give defaults for (`sampling:`), with OpenAI's bounds; a request
+# that sets a field itself keeps its value
+SAMPLING_DEFAULTS: dict[str, Check] = {
+    "temperature": _at_most(_float(), 2.0), "top_p": _at_most(_float(), 1.0), "top_k": _int(0),
+    "min_p": _at_most(_float(), 1.0), "typical_p": _at_most(_float(), 1.0), "repeat_penalty": _float(),
+    "presence_penalty": _at_most(_float(-2.0), 2.0), "frequency_penalty": _at_most(_float(-2.0), 2.0),
+    "seed": _int(), "max_tokens": _int(1),
+}
+
+
+def _sampling(v: Any) -> dict[str, Any]:
+    """`{temperature: 0.7, max_tokens: 256, ...}`: what a request gets for the fields it leaves out."""
+    if not isinstance(v, dict):
+        raise Invalid(f"expected a mapping of request fields to default values, got {v!r}")
+    out = {}
+    for key, value in v.items():
+        if key not in SAMPLING_DEFAULTS:
+            raise Invalid(f"unknown field {key!r}{suggest(key, SAMPLING_DEFAULTS)}; "
+                          f"expected some of: {', '.join(SAMPLING_DEFAULTS)}")
+        try:
+            out[key] = SAMPLING_DEFAULTS[key](value)
+        except Invalid as exc:
+            raise Invalid(f"{key}: {exc}") from None
+    return out
+
+
 def suggest(word: Any, options: Any) -> str:
     """A " (did you mean 'x'?)" hint for a misspelt key or value, or ""."""
     close = difflib.get_close_matches(str(word), [str(o) for o in options], n=1)
@@ -246,8 +282,10 @@ ROOT_KEYS: dict[str, Check] = {
     "lora_steps_per_turn": _int(1), "kv_unified": _bool, "share_prefixes": _bool,
     "log_level": _choice(LOG_LEVELS), "cors": _cors, "max_body_bytes": _via(parse_size, positive=True),
     "shutdown_grace": _float(), "drain_delay": _via(parse_duration), "ready_requires_model": _bool,
+    "web_ui": _bool, "unknown_model": _choice(UNKNOWN_MODEL_POLICIES), "metrics": _bool,
     "grammar_cache_size": _via(parse_size), "grammar_max_size": _via(parse_size, positive=True),
     "grammar_max_depth": _int(1), "grammar_timeout": _via(parse_duration, positive=True),
+    "responses_store_size": _int(0),
 }
 LOAD_KEYS: dict[str, Check] = {      # the keys of llamacore.options.LOAD_KEYS
     "n_ctx": _int(0), "n_batch": _int(1), "n_ubatch": _int(1),
@@ -268,7 +306,7 @@ ENTRY_KEYS: dict[str, Check] = {
     "idle_unload": _optional(_via(parse_duration)), "parallel": _optional(_int(1)),
     "max_queue": _optional(_int(0)), "lora_steps_per_turn": _optional(_int(1)),
     "kv_unified": _optional(_bool), "share_prefixes": _optional(_bool), "speculative": _optional(_speculative),
-    "json_whitespace": _optional(_choice(tuple(WHITESPACE))),
+    "json_whitespace": _optional(_choice(tuple(WHITESPACE))), "sampling": _optional(_sampling),
     "isolation": _optional(_choice(ISOLATION_MODES)), "step_timeout": _optional(_via(parse_duration, positive=True)),
     "max_rss": _optional(_via(parse_size, positive=True)), **LOAD_KEYS,
 }

@@ -29,7 +29,7 @@ from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from llamacore import Batch, Context, LoraAdapter, Model, Sampler
-from llamacore.events import Failed, Finished
+from llamacore.events import Failed, Finished, Started
 from llamacore.logprobs import TokenLogprob
 from llamacore.prefix import AdapterKey
 from llamaserve.errors import EngineClosedError, QueueFullError
@@ -272,6 +272,7 @@ class Engine:
                 self._seq_adapters[a.slot.seq] = a.req.adapters
             if a.source is not None:         # the prompt's prefix is in another sequence: share its cells
                 self.ctx.kv_copy(a.source.seq, a.slot.seq, 0, a.shared)
+            self._emit([(a.req, Started(len(a.slot.cached)))])
 
     def _fail_running(self, exc: Exception) -> None:
         """An unexpected error ends the running requests, not the worker: a dead worker hangs them all."""

@@ -11,8 +11,9 @@ import asyncio
 import threading
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import dataclass
 
-from llamacore.events import EngineEvent, Failed, Finished, FinishReason, Text, TextEvent, Token
+from llamacore.events import EngineEvent, Failed, Finished, FinishReason, Started, Text, TextEvent, Token
 from llamacore.prefix import AdapterKey
 from llamacore.sampling import SamplingParams
 from llamacore.text_stream import TextStream
@@ -45,16 +46,46 @@ def generate(engine: AnyEngine, tokens: list[int], sampling: SamplingParams, *, 
     room = engine.n_ctx_seq - len(tokens)
     limit = room if max_tokens is None or max_tokens <= 0 else min(max_tokens, room)
     req = GenRequest(tokens, sampling, limit, adapters, emit, n_logprobs=n_logprobs, ignore_eos=ignore_eos)
-    submitted = time.monotonic()
+    timings = Timings(time.monotonic(), n_prompt=len(tokens))
     engine.submit(req)
-    return Generation(req, _texts(engine, req, events, submitted, len(tokens), stops, metrics, model_name))
+    return Generation(req, _texts(engine, req, events, timings, stops, metrics, model_name), timings)
+
+
+@dataclass
+class Timings:
+    """When a generation's phases happened (time.monotonic) and how many tokens each had: llama.cpp's
+    `timings` and the cached tokens of OpenAI's usage come from here."""
+
+    submitted: float
+    n_prompt: int
+    started: float | None = None        # took a sequence (the prompt's decoding began)
+    first_token: float | None = None
+    ended: float | None = None
+    n_cached: int = 0                   # prompt tokens already in the KV cache
+    n_generated: int = 0
+
+    def llama_cpp(self) -> dict[str, float]:
+        """llama-server's `timings` object; the generation rate leaves out the first token, which costs
+        no decode step of its own (it comes from the prompt's last batch)."""
+        start = self.started if self.started is not None else self.submitted
+        first = self.first_token if self.first_token is not None else (self.ended or start)
+        prompt_n = self.n_prompt - self.n_cached
+        prompt_ms = max(first - start, 0.0) * 1e3
+        predicted_ms = max((self.ended or first) - first, 0.0) * 1e3
+        steps = max(self.n_generated - 1, 0)
+        return {"cache_n": self.n_cached, "prompt_n": prompt_n, "prompt_ms": prompt_ms,
+                "prompt_per_token_ms": prompt_ms / prompt_n if prompt_n else 0.0,
+                "prompt_per_second": 1e3 * prompt_n / prompt_ms if prompt_ms > 0 else 0.0,
+                "predicted_n": self.n_generated, "predicted_ms": predicted_ms,
+                "predicted_per_token_ms": predicted_ms / steps if steps and predicted_ms > 0 else 0.0,
+                "predicted_per_second": 1e3 * steps / predicted_ms if steps and predicted_ms > 0 else 0.0}
 
 
 class Generation:
-    """A submitted generation: an async iterator of its Text events and Finished."""
+    """A submitted generation: an async iterator of its Text events and Finished, and its timings."""
 
-    def __init__(self, req: GenRequest, events: AsyncGenerator[TextEvent, None]) -> None:
-        self.req, self.events = req, events
+    def __init__(self, req: GenRequest, events: AsyncGenerator[TextEvent, None], timings: Timings) -> None:
+        self.req, self.events, self.timings = req, events, timings
 
     def __aiter__(self) -> AsyncIterator[TextEvent]:
         return self.events
@@ -66,41 +97,45 @@ class Generation:
         self.req.cancel()
 
 
-async def _texts(engine: AnyEngine, req: GenRequest, events: asyncio.Queue[EngineEvent], started: float,
-                 n_prompt: int, stops: list[str], metrics: Metrics, model_name: str) -> AsyncGenerator[TextEvent, None]:
+async def _texts(engine: AnyEngine, req: GenRequest, events: asyncio.Queue[EngineEvent], timings: Timings,
+                 stops: list[str], metrics: Metrics, model_name: str) -> AsyncGenerator[TextEvent, None]:
     stream = TextStream(stops)
     first, count, finished = None, 0, False
     try:
         while True:
             event = await events.get()
-            if isinstance(event, Token):
+            if isinstance(event, Started):
+                timings.started, timings.n_cached = time.monotonic(), event.n_cached
+            elif isinstance(event, Token):
                 count += 1
+                timings.n_generated = count
                 if first is None:
-                    first = time.monotonic()
-                    metrics.ttft.labels(model_name).observe(first - started)
+                    first = timings.first_token = time.monotonic()
+                    metrics.ttft.labels(model_name).observe(first - timings.submitted)
                 text = stream.push(engine.model.token_to_piece(event.id))
                 if text or event.logprob is not None:
                     yield Text(text, event.logprob)
                 if stream.stopped:
                     req.cancel()             # the engine reports "cancelled" to nobody: this side has its answer
-                    finished = True
+                    finished, timings.ended = True, time.monotonic()
                     yield Finished(FinishReason.STOP, count, stream.matched)
                     return
             elif isinstance(event, Finished):
                 tail = stream.finish()
                 if tail:
                     yield Text(tail)
-                finished = True
+                finished, timings.ended = True, time.monotonic()
                 yield event
                 return
             else:
                 assert isinstance(event, Failed)
                 raise event.error
     finally:
+        timings.ended = timings.ended or time.monotonic()
         req.cancel()                 # no-op when finished; frees the sequence when the client left
         if not finished:
             metrics.cancelled.inc()
-        metrics.prompt_tokens.labels(model_name).inc(n_prompt)
+        metrics.prompt_tokens.labels(model_name).inc(timings.n_prompt)
         metrics.completion_tokens.labels(model_name).inc(count)
         if first is not None and count > 1:
             metrics.tokens_per_second.labels(model_name).observe((count - 1) / max(time.monotonic() - first, 1e-6))

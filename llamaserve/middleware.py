@@ -1,13 +1,16 @@
-"""ASGI middleware: request ids, API-key auth (Bearer or x-api-key, constant-time) and per-route request counting."""
+"""ASGI middleware: request ids, API-key auth (Bearer, x-api-key or a browser's Basic sign-in, constant-time) and
+per-route request counting."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hmac
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -49,12 +52,34 @@ class RequestId:
             request_id.reset(token)
 
 
-class APIKeyAuth:
-    """Every route but /health needs `Authorization: Bearer <api_key>` when a key is configured."""
+def _basic_password(token: bytes) -> bytes:
+    """The password of an `Authorization: Basic` token (the user name is ignored), or b""."""
+    try:
+        return base64.b64decode(token, validate=True).partition(b":")[2]
+    except (binascii.Error, ValueError):
+        return b""
 
-    def __init__(self, app: ASGIApp, api_key: str | None) -> None:
+
+def _cross_site(headers: Mapping[bytes, bytes]) -> bool:
+    """A browser request another site's page started (Sec-Fetch-Site, else Origin against Host): the
+    browser attaches remembered Basic credentials to those too, so they must not count there."""
+    site = headers.get(b"sec-fetch-site")
+    if site is not None:
+        return site not in (b"same-origin", b"none")
+    origin = headers.get(b"origin")
+    return origin is not None and origin.partition(b"://")[2] != headers.get(b"host", b"")
+
+
+class APIKeyAuth:
+    """Every route but /health and /ready needs the key when one is configured: `Authorization: Bearer
+    <key>`, `x-api-key: <key>`, or `Authorization: Basic` with the key as the password. Basic is how a
+    browser signs in to the chat page (`pages`, challenged with `WWW-Authenticate: Basic` so the browser
+    asks); it then sends the same credentials with the page's own API calls, and with nothing cross-site."""
+
+    def __init__(self, app: ASGIApp, api_key: str | None, pages: Collection[str] = ()) -> None:
         self.app = app
         self.key = api_key.encode() if api_key else None
+        self.pages = frozenset(pages)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or self.key is None or scope["path"] in OPEN_PATHS \
@@ -63,9 +88,18 @@ class APIKeyAuth:
             return
         headers = dict(scope["headers"])
         scheme, _, token = headers.get(b"authorization", b"").partition(b" ")
-        given = token.strip() if scheme.lower() == b"bearer" else headers.get(b"x-api-key", b"")
+        if scheme.lower() == b"basic":
+            given = b"" if _cross_site(headers) else _basic_password(token.strip())
+        else:
+            given = token.strip() if scheme.lower() == b"bearer" else headers.get(b"x-api-key", b"")
         if given and hmac.compare_digest(given, self.key):
             await self.app(scope, receive, send)
+            return
+        if scope["path"] in self.pages:                       # a browser: let it ask for the key
+            page = PlainTextResponse("This page needs the server's API key: sign in with any user name and "
+                                     "the key as the password.\n", status_code=401,
+                                     headers={"WWW-Authenticate": 'Basic realm="llamaserve", charset="UTF-8"'})
+            await page(scope, receive, send)
             return
         message = "Incorrect API key provided. Send it as 'Authorization: Bearer <key>' or 'x-api-key: <key>'."
         if scope["path"].startswith("/v1/messages"):          # Anthropic's clients read Anthropic's shape

@@ -8,6 +8,7 @@ from typing import Any
 from pydantic.json_schema import models_json_schema
 
 from llamaserve.anthropic import MessagesRequest
+from llamaserve.responses_api import ResponsesRequest
 
 from llamaserve.schemas import (
     AddAdapterRequest,
@@ -59,7 +60,8 @@ def openapi_schema() -> dict[str, Any]:
     _, defs = models_json_schema(
         [(m, "validation") for m in (CompletionRequest, ChatRequest, EmbeddingRequest, AddAdapterRequest,
                                      LoadLoraAdapterRequest, UnloadLoraAdapterRequest, TokenizeRequest,
-                                     DetokenizeRequest, ApplyTemplateRequest, MessagesRequest)],
+                                     DetokenizeRequest, ApplyTemplateRequest, MessagesRequest,
+                                     ResponsesRequest)],
         ref_template="#/components/schemas/{model}",
     )
     schemas = dict(defs.get("$defs", {}))
@@ -94,6 +96,12 @@ def openapi_schema() -> dict[str, Any]:
                                      "ApplyTemplateRequest"),
             "/v1/messages": _post("Anthropic Messages API (errors in Anthropic's shape)", "MessagesRequest"),
             "/v1/messages/count_tokens": _post("Anthropic's token count for a Messages request", "MessagesRequest"),
+            "/v1/responses": _post("OpenAI Responses API (also at /responses)", "ResponsesRequest",
+                                   [*_ERRORS, (404, "unknown model or previous_response_id")]),
+            "/v1/responses/{response_id}": _with_name("response_id", {
+                "get": {"summary": "A stored response (404 once deleted or evicted)",
+                        "responses": {"200": {"description": "OK"}}},
+                "delete": {"summary": "Delete a stored response", "responses": {"200": {"description": "OK"}}}}),
             "/health": _get("Liveness"),
             "/ready": _get("Readiness: 503 while loading (ready_requires_model) or draining"),
             "/metrics": _get("Prometheus metrics"),

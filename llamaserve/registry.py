@@ -62,9 +62,12 @@ class Registry:
     def names(self) -> list[str]:
         return [n for e in self.config.models for n in e.names()] + list(self.runtime.aliases)
 
-    def entry(self, name: str | None) -> ModelEntry:
-        """The entry for a requested model name (None = default). Names are never paths."""
+    def entry(self, name: str | None, fallback: bool = False) -> ModelEntry:
+        """The entry for a model name (None = default). Names are never paths. With `fallback` (a
+        request's model field), a name nothing matches gets the default model under `unknown_model: default`."""
         entry = self.config.default_entry() if not name else self.config.find(name) or self.runtime.entry(name)
+        if entry is None and name and fallback:
+            entry = self.config.fallback_entry()
         if entry is None:
             raise UnknownModelError(name or "", self.names())
         return entry

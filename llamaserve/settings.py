@@ -41,6 +41,7 @@ class ModelEntry:
     isolation: str | None = None            # "thread" (in the server process) or "process" (a worker each)
     step_timeout: float | None = None       # process isolation: seconds without progress before a kill
     max_rss: int | None = None              # process isolation: the worker's memory limit in bytes
+    sampling: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}), hash=False)  # request defaults
 
     def names(self) -> tuple[str, ...]:
         return (self.alias, *self.aliases)
@@ -78,15 +79,24 @@ class ServerConfig:
     shutdown_grace: float = 10.0
     drain_delay: float = 0.0                # after SIGTERM: seconds /ready answers 503 while serving on
     ready_requires_model: bool = False      # /ready only once the default model is loaded (loaded at start)
+    unknown_model: str | None = None        # "error" | "default"; None: "default" when one model is configured
+    metrics: bool = True                    # GET /metrics (off: 501, as llama-server without --metrics)
+    web_ui: bool = True                     # the chat page at / (llamaserve/static/chat.html)
     grammar_cache_size: int = 32 * 1024 * 1024    # bytes of compiled response_format grammars kept
     grammar_max_size: int = 2 * 1024 * 1024       # largest grammar a schema may compile to
     grammar_max_depth: int = 64                   # deepest schema nesting
     grammar_timeout: float = 2.0                  # seconds a schema may take to compile
+    responses_store_size: int = 1000              # /v1/responses kept for previous_response_id (0: none)
     models: tuple[ModelEntry, ...] = ()
     source: Path | None = None
 
     def find(self, name: str) -> ModelEntry | None:
         return next((m for m in self.models if name in m.names()), None)
+
+    def fallback_entry(self) -> ModelEntry | None:
+        """The entry for a name nothing matches: the default model under `unknown_model: default`."""
+        policy = self.unknown_model or ("default" if len(self.models) == 1 and self.models_dir is None else "error")
+        return self.default_entry() if policy == "default" else None
 
     def default_entry(self) -> ModelEntry | None:
         if self.default_model is not None:

@@ -25,7 +25,7 @@ from llamaserve.engine import Engine
 from llamaserve.logs import configure, loading_model, request_id
 from llamaserve.scheduler import GenRequest
 from llamaserve.speculative import PromptLookup
-from llamaserve.worker_messages import TOKEN, decode_sampling, encode_error, encode_event
+from llamaserve.worker_messages import FAILED, FINISHED, decode_sampling, encode_error, encode_event
 from llamaserve.worker_wire import ConnectionClosed, Wire
 
 log = logging.getLogger("llamaserve.worker")
@@ -87,7 +87,7 @@ class EngineHost:
             item = encode_event(rid, event)
             with self._lock:
                 self._events.append(item)
-            if item[1] != TOKEN:          # the request's last event
+            if item[1] in (FINISHED, FAILED):     # the request's last event
                 self.requests.pop(rid, None)
         return emit
 

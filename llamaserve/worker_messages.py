@@ -11,8 +11,8 @@ Worker -> server:
     ("step", active, queued, drafted, accepted, events)   one frame per engine step
     ("reply", cid, ok, result_or_error)
 
-An event is (rid, TOKEN, id, logprob), (rid, FINISHED, reason, n_generated) or
-(rid, FAILED, error); an error is (type name, message) and comes back as the same exception
+An event is (rid, STARTED, n_cached, None), (rid, TOKEN, id, logprob), (rid, FINISHED, reason,
+n_generated) or (rid, FAILED, error); an error is (type name, message) and comes back as the same exception
 type when the server knows it, else as RuntimeError.
 """
 
@@ -21,13 +21,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from llamacore.events import EngineEvent, Failed, Finished, FinishReason, Token
+from llamacore.events import EngineEvent, Failed, Finished, FinishReason, Started, Token
 from llamacore.logprobs import TokenLogprob
 from llamacore.rpc import RPCUnavailableError
 from llamacore.sampling import SamplingParams
 from llamaserve.errors import EngineClosedError, QueueFullError
 
-TOKEN, FINISHED, FAILED = 0, 1, 2
+TOKEN, FINISHED, FAILED, STARTED = 0, 1, 2, 3
 
 # exception types that keep their type across the process line (the server maps them to statuses)
 _ERRORS: dict[str, type[BaseException]] = {
@@ -52,6 +52,8 @@ def encode_event(rid: int, event: EngineEvent) -> tuple:
         return rid, TOKEN, event.id, None if lp is None else (lp.token, lp.text, lp.logprob, lp.top)
     if isinstance(event, Finished):
         return rid, FINISHED, event.reason.value, event.n_generated
+    if isinstance(event, Started):
+        return rid, STARTED, event.n_cached, None
     return rid, FAILED, encode_error(event.error), None
 
 
@@ -62,6 +64,8 @@ def decode_event(item: Any) -> tuple[int, EngineEvent]:
         return rid, Token(a, lp)
     if kind == FINISHED:
         return rid, Finished(FinishReason(a), b)
+    if kind == STARTED:
+        return rid, Started(a)
     return rid, Failed(decode_error(a))
 
 

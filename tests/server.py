@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -20,12 +21,17 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    """`python -m llamaserve --config FILE` on 127.0.0.1; stopped with SIGTERM."""
+    """`python -m llamaserve --config FILE` on 127.0.0.1; stopped with SIGTERM.
+
+    The config is written as YAML, or as JSON when ``name`` ends in .json.
+    """
 
     def __init__(self, config: dict, directory: Path, name: str = "llamaserve.yaml") -> None:
         self.port = free_port()
         self.config_path = directory / name
-        self.config_path.write_text(yaml.safe_dump({**config, "host": "127.0.0.1", "port": self.port}))
+        config = {**config, "host": "127.0.0.1", "port": self.port}
+        text = json.dumps(config, indent=2) if name.endswith(".json") else yaml.safe_dump(config)
+        self.config_path.write_text(text)
         self.log_path = directory / (name + ".log")
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.api_key = config.get("api_key")

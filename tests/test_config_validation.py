@@ -38,6 +38,7 @@ models:
     ("log_level: verbose", ("log_level: expected one of critical, error, warning, info, debug, trace, "
                            "got 'verbose'")),
     ("cors: 5", "cors: expected a list of strings, got 5"),
+    ("responses_store_size: -1", "responses_store_size: must be at least 0, got -1"),
     ("host: ''", "host: expected a non-empty string, got ''"),
     ("defaults: [1]", "defaults: expected a mapping, got [1]"),
     ("defaults: {alias: x}", "defaults.alias: not allowed in defaults"),

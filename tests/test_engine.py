@@ -7,7 +7,7 @@ import time
 import pytest
 
 from helpers import N_THREADS
-from llamacore.events import Failed, Finished, FinishReason, Token
+from llamacore.events import Failed, Finished, FinishReason, Started, Token
 from llamacore.sampling import SamplingParams
 from llamaserve.engine import Engine
 from llamaserve.errors import QueueFullError
@@ -22,12 +22,17 @@ class Recorder:
     def __init__(self):
         self.events = []
         self.done = {}
+        self.cached = {}        # name -> prompt tokens found in the KV cache when it started
         self.lock = threading.Lock()
 
     def request(self, name, tokens, max_tokens, adapters=(), **kw):
         def emit(event):
             with self.lock:
-                if isinstance(event, Token):
+                if isinstance(event, Started):
+                    assert name not in self.cached and name not in self.done, f"{name} started twice or late"
+                    self.cached[name] = event.n_cached
+                elif isinstance(event, Token):
+                    assert name in self.cached, f"{name} sampled before it started"
                     self.events.append(name)
                 elif isinstance(event, Finished):
                     self.done[name] = ("end", event.reason)
@@ -93,6 +98,16 @@ def test_runtime_adapter_add_and_remove(engine, lora_wrong_shape_path, tiny_mode
     assert path not in engine.adapters
     with pytest.raises(ValueError, match="another base model|failed to load"):
         engine.add_adapter(str(lora_wrong_shape_path))
+
+
+def test_started_reports_the_prompt_tokens_found_in_the_cache(engine):
+    rec = Recorder()
+    engine.submit(rec.request("first", [77, 500, 501, 502, 503], 2))
+    rec.wait(["first"])
+    engine.submit(rec.request("again", [77, 500, 501, 502, 503, 504], 2))     # same prefix, one more token
+    rec.wait(["again"])
+    # a slot keeps its sequence's KV; the next prompt reuses all of the first one's prompt
+    assert rec.cached == {"first": 0, "again": 5}
 
 
 def test_long_prompt_is_chunked_without_stalling_generation(engine):
@@ -183,7 +198,7 @@ def test_shared_prefix_is_computed_once_and_answers_are_unchanged(tiny_model_pat
             def emit(event):
                 if isinstance(event, Token):
                     out[i].append(event.id)
-                else:
+                elif not isinstance(event, Started):
                     ended.append(i)
                     if len(ended) == 4:
                         done.set()
@@ -223,7 +238,7 @@ def test_speculative_prompt_lookup_gives_the_plain_answers(tiny_model_path):
             def emit(event):
                 if isinstance(event, Token):
                     out[i].append(event.id)
-                else:
+                elif not isinstance(event, Started):
                     ended.release()
             return emit
         try:

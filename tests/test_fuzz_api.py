@@ -297,3 +297,53 @@ def test_schemathesis_fuzz_messages(api):
 
     fuzz()
     assert api.proc.poll() is None
+
+
+# -- OpenAI's Responses route: typed events, no [DONE] ------------------------------------------
+
+RESPONSES = "/v1/responses"
+
+
+def check_responses_response(status: int, content: bytes, ctype: str, where: str) -> None:
+    """No 5xx but 503; errors OpenAI-shaped; answers a response object or its numbered event stream,
+    ending in response.completed or response.incomplete unless an error event (never a server error) ends it."""
+    STATS[status] += 1
+    assert status < 500 or status == 503, f"{where}: {status} {content[:500]!r}"
+    if ctype.startswith("text/event-stream"):
+        events = [json.loads(line[6:]) for line in content.decode().splitlines() if line.startswith("data: ")]
+        assert [e["sequence_number"] for e in events] == list(range(len(events))), f"{where}: {content[:300]!r}"
+        assert events[0]["type"] == "response.created", f"{where}: {events[0]}"
+        last = events[-1]
+        if last["type"] == "error":
+            assert last["code"] is None or isinstance(last["code"], str), f"{where}: {last}"
+            assert not last["message"].startswith("generation failed"), f"{where}: {last}"
+        else:
+            assert last["type"] in ("response.completed", "response.incomplete"), f"{where}: {last}"
+        return
+    body = json.loads(content)
+    if status == 200:
+        assert body["object"] == "response" and body["status"] in ("completed", "incomplete"), f"{where}: {body!r}"
+    else:
+        assert set(body) == {"error"}, f"{where}: {body!r}"
+        check_error_body(body["error"], where)
+
+
+def test_schemathesis_fuzz_responses(api):
+    strategy = operation_strategies(api, [RESPONSES])[RESPONSES]
+
+    @SETTINGS
+    @given(data=st.data())
+    def fuzz(data):
+        case = data.draw(strategy, label="case")
+        if isinstance(case.body, dict):
+            if data.draw(st.booleans(), label="right model"):
+                case.body["model"] = "m"
+            limit = case.body.get("max_output_tokens")
+            case.body["max_output_tokens"] = 1 + limit % 4 if _int(limit) and limit > 4 else limit or 3
+        resp = case.call(base_url=api.base_url, timeout=60)
+        where = f"{RESPONSES} {case.body!r:.500}"
+        check_responses_response(resp.status_code, resp.content, header(resp, "content-type") or "", where)
+        assert httpx.get(api.base_url + "/health", timeout=10).status_code == 200, api.log()
+
+    fuzz()
+    assert api.proc.poll() is None

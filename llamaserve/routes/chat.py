@@ -17,7 +17,7 @@ from llamacore.responses import (
     Envelope,
     usage,
 )
-from llamaserve.choices import Choice, run_choices
+from llamaserve.choices import Choice, cached_tokens, run_choices
 from llamaserve.errors import APIError
 from llamaserve.routes.requests import (
     Prepared,
@@ -64,7 +64,8 @@ async def chat_completions(request: Request) -> Response:
 
         def result() -> CreateChatCompletionResponse:
             n_out = sum(c.n_generated for c in choices)
-            return envelope.chat([c.chat_choice(style) for c in choices], usage(len(tokens), n_out))
+            return envelope.chat([c.chat_choice(style) for c in choices],
+                                 usage(len(tokens), n_out, cached_tokens(choices, body.n)))
 
         async def chunks() -> AsyncGenerator[CreateChatCompletionStreamResponse, None]:
             streams = {c.index: ChatStream(envelope, c, style) for c in choices}
@@ -74,7 +75,8 @@ async def chat_completions(request: Request) -> Response:
                 for chunk in streams[choice.index].chunks(event):
                     yield chunk
             if include_usage:
-                yield envelope.chat_usage_chunk(usage(len(tokens), sum(c.n_generated for c in choices)))
+                yield envelope.chat_usage_chunk(usage(len(tokens), sum(c.n_generated for c in choices),
+                                                      cached_tokens(choices, body.n)))
         return events, chunks, result
 
     return await respond(body.stream, prepare)

@@ -11,7 +11,7 @@ from starlette.responses import Response
 
 from llamacore.events import Finished
 from llamacore.responses import CreateCompletionResponse, Envelope, completion_logprobs, usage
-from llamaserve.choices import Choice, run_choices
+from llamaserve.choices import Choice, cached_tokens, run_choices
 from llamaserve.errors import APIError
 from llamaserve.routes.requests import (
     Prepared,
@@ -54,7 +54,7 @@ async def completions(request: Request) -> Response:
         raise APIError(400, "suffix is not supported", param="suffix")
     try:
         stops = body.stop_list()
-        grammar = await response_grammar(state, body, state.registry.entry(body.model))
+        grammar = await response_grammar(state, body, state.registry.entry(body.model, fallback=True))
     except ValueError as exc:
         raise APIError(400, str(exc)) from None
 
@@ -80,7 +80,8 @@ async def completions(request: Request) -> Response:
 
         def result() -> CreateCompletionResponse:
             return envelope.completion([c.completion_choice(echo[c.index]) for c in choices],
-                                       usage(n_prompt, sum(c.n_generated for c in choices)))
+                                       usage(n_prompt, sum(c.n_generated for c in choices),
+                                             cached_tokens(choices, body.n)))
 
         async def chunks() -> AsyncGenerator[CreateCompletionResponse, None]:
             for c in choices:
@@ -95,7 +96,8 @@ async def completions(request: Request) -> Response:
                         lp = completion_logprobs([event.logprob], [choice.length - len(event.text)])
                     yield envelope.completion_chunk(choice.index, event.text, None, lp)
             if include_usage:
-                yield envelope.completion_usage_chunk(usage(n_prompt, sum(c.n_generated for c in choices)))
+                yield envelope.completion_usage_chunk(usage(n_prompt, sum(c.n_generated for c in choices),
+                                                            cached_tokens(choices, body.n)))
         return events, chunks, result
 
     return await respond(body.stream, prepare)

@@ -53,7 +53,7 @@ async def lora_adapters(request: Request) -> Response:
     """
     registry: Registry = request.app.state.registry
     try:
-        entry = registry.entry(request.query_params.get("model"))
+        entry = registry.entry(request.query_params.get("model"), fallback=True)
     except UnknownModelError as exc:
         raise api_error_for(exc) from None
     defaults = {os.fspath(p): s for p, s in entry.lora_adapters}
@@ -87,6 +87,8 @@ async def ready(request: Request) -> Response:
 
 async def prometheus(request: Request) -> Response:
     state = request.app.state
+    if not state.config.metrics:
+        raise APIError(501, "metrics are off on this server (metrics: false in its config)")
     engines = [m.engine for m in state.registry.loaded.values() if m.engine is not None]
     state.metrics.active_sequences.set(sum(e.active for e in engines))
     state.metrics.queue_depth.set(sum(e.queued for e in engines))

@@ -55,7 +55,7 @@ async def acquire(stack: AsyncExitStack, registry: Registry, name: str | None) -
     An unknown model, a failed load or no room to load raise the registry's errors, which the
     application answers through `api_error_for`.
     """
-    entry = registry.entry(name)
+    entry = registry.entry(name, fallback=True)
     loaded: Loaded = await stack.enter_async_context(registry.use(entry))
     return entry, loaded
 
@@ -78,7 +78,8 @@ async def acquire_engine(stack: AsyncExitStack, registry: Registry, body: Adapte
     adapters are pinned first, so a removal while this request waits for the load or runs frees
     them only when it ends.
     """
-    entry = registry.entry(name)
+    entry = registry.entry(name, fallback=True)
+    apply_sampling_defaults(body, entry)
     selection = select_adapters(registry.catalog(entry), entry, body)
     registry.pin(selection.used)
     stack.callback(registry.unpin, entry, selection.used)
@@ -92,6 +93,21 @@ async def acquire_engine(stack: AsyncExitStack, registry: Registry, body: Adapte
     return Acquired(entry, loaded, loaded.engine, selection)
 
 
+# the names one default goes by in the different request shapes; a request that sets any keeps its own
+_SPELLINGS = {"max_tokens": ("max_tokens", "max_completion_tokens", "max_output_tokens", "n_predict")}
+
+
+def apply_sampling_defaults(body: BaseModel, entry: ModelEntry) -> None:
+    """Give the fields `body` leaves out the model's `sampling:` defaults (as llama-server's --temp etc.)."""
+    for key, value in entry.sampling.items():
+        names = _SPELLINGS.get(key, (key,))
+        if any(n in body.model_fields_set for n in names):
+            continue
+        name = next((n for n in names if n in type(body).model_fields), None)
+        if name is not None:
+            setattr(body, name, value)
+
+
 def count_adapter_usage(stack: AsyncExitStack, registry: Registry, acquired: Acquired, n_prompt: int,
                         choices: list[Choice]) -> None:
     """Once the request ends, count it and its tokens for each adapter it decoded with."""
@@ -100,10 +116,10 @@ def count_adapter_usage(stack: AsyncExitStack, registry: Registry, acquired: Acq
                                                      sum(c.n_generated for c in choices)))
 
 
-def check_prompt_fits(n_tokens: int, n_ctx: int) -> None:
+def check_prompt_fits(n_tokens: int, n_ctx: int, param: str = "messages") -> None:
     if n_tokens >= n_ctx:
         raise APIError(400, f"This model's maximum context length is {n_ctx} tokens, but the prompt has "
-                            f"{n_tokens} tokens. Please shorten the prompt.", param="messages",
+                            f"{n_tokens} tokens. Please shorten the prompt.", param=param,
                        code="context_length_exceeded")
 
 

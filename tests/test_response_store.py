@@ -1,0 +1,47 @@
+"""The Responses API's store: bounded by count, least recently used out first, 404 once gone."""
+
+from __future__ import annotations
+
+import pytest
+
+from llamaserve.errors import APIError
+from llamaserve.response_store import ResponseStore
+
+
+def response(rid: str, text: str = "ok") -> dict:
+    return {"id": rid, "object": "response", "output": [{"type": "message", "role": "assistant",
+                                                         "content": [{"type": "output_text", "text": text}]}]}
+
+
+def test_least_recently_used_goes_first():
+    store = ResponseStore(2)
+    store.put([], response("a"))
+    store.put([], response("b"))
+    store.get("a")                      # a read counts as a use
+    store.put([], response("c"))
+    assert len(store) == 2 and store.get("a") and store.get("c")
+    with pytest.raises(APIError) as info:
+        store.get("b", "previous_response_id")
+    assert info.value.status == 404 and info.value.param == "previous_response_id"
+
+
+def test_conversation_is_input_then_output_and_survives_its_ancestors():
+    store = ResponseStore(1)
+    user = {"role": "user", "content": "hi"}
+    store.put([user], response("a", "hello"))
+    turn = store.get("a").conversation()
+    assert turn == [user, *response("a", "hello")["output"]]
+    store.put([*turn, {"role": "user", "content": "more"}], response("b"))     # evicts a
+    assert [item.get("role") for item in store.get("b").conversation()] == ["user", "assistant", "user", "assistant"]
+
+
+def test_delete_and_size_zero():
+    store = ResponseStore(3)
+    store.put([], response("a"))
+    store.delete("a")
+    with pytest.raises(APIError):
+        store.delete("a")
+    empty = ResponseStore(0)
+    empty.put([], response("a"))
+    with pytest.raises(APIError, match="responses_store_size is 0"):
+        empty.get("a")
