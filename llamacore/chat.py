@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from llamacore import tool_calls
 from llamacore.chat_format import render_chat, resolve_template
 from llamacore.events import TextEvent
 from llamacore.grammar_cache import GrammarCache, default_cache
+from llamacore.reasoning import Reasoning, check_format
 from llamacore.responses import (
     ChatStream,
     ChoiceOutput,
@@ -65,23 +66,33 @@ def _special_text(model: Model, token: int) -> str:
     return model.token_to_piece(token, True).decode("utf-8", "replace") if token >= 0 else ""
 
 
-def prompt_text(model: Model, template: str, messages: list[dict[str, Any]], tools: list | None) -> str:
-    """The prompt `template` renders for `messages`, ending with the assistant's turn opened."""
+def prompt_text(model: Model, template: str, messages: list[dict[str, Any]], tools: list | None,
+                add_generation_prompt: bool = True, *, template_kwargs: Mapping[str, Any] | None = None) -> str:
+    """The prompt `template` renders for `messages`, ending with the assistant's turn opened (unless
+    `add_generation_prompt` is false); `template_kwargs` are extra template variables (enable_thinking, ...)."""
     if not messages:
         raise ValueError("messages must contain at least one message")
     bos, eos = _special_text(model, model.token_bos), _special_text(model, model.token_eos)
-    return render_chat(template, messages, bos_token=bos, eos_token=eos, add_generation_prompt=True, tools=tools)
+    return render_chat(template, messages, bos_token=bos, eos_token=eos, add_generation_prompt=add_generation_prompt,
+                       tools=tools, **dict(template_kwargs or {}))
 
 
-def prompt_tokens(model: Model, template: str, messages: list[dict[str, Any]],
-                  tools: list | None) -> tuple[list[int], list[str]]:
+def prompt_tokens(model: Model, template: str, messages: list[dict[str, Any]], tools: list | None, *,
+                  template_kwargs: Mapping[str, Any] | None = None) -> tuple[list[int], list[str]]:
     """Rendered, tokenized prompt and the stop strings the template implies."""
-    text = prompt_text(model, template, messages, tools)
+    _, tokens, stops = chat_prompt(model, template, messages, tools, template_kwargs=template_kwargs)
+    return tokens, stops
+
+
+def chat_prompt(model: Model, template: str, messages: list[dict[str, Any]], tools: list | None, *,
+                template_kwargs: Mapping[str, Any] | None = None) -> tuple[str, list[int], list[str]]:
+    """The rendered prompt, its tokens and the stop strings the template implies."""
+    text = prompt_text(model, template, messages, tools, template_kwargs=template_kwargs)
     tokens = model.tokenize(text, add_special=False, parse_special=True)
     if model.add_bos and (not tokens or tokens[0] != model.token_bos):
         tokens.insert(0, model.token_bos)
     stops = [m for m in TURN_END_MARKERS if m in template]
-    return tokens, stops
+    return text, tokens, stops
 
 
 def tool_setup(template: str, tools: list | None, tool_choice: Any) -> tuple[list | None, str | None]:
@@ -122,13 +133,17 @@ def create_chat_completion(llm: Llama, messages: list[dict[str, Any]], *, tools:
                            response_format: dict | None = None, grammar: str | None = None,
                            logprobs: bool = False, top_logprobs: int | None = None,
                            max_tokens: int | None = None, model: str | None = None, ignore_eos: bool = False,
+                           reasoning_format: str = "none", chat_template_kwargs: Mapping[str, Any] | None = None,
                            **sampling: Any) -> CreateChatCompletionResponse | Iterator[CreateChatCompletionStreamResponse]:
+    check_format(reasoning_format)
     if functions and not tools:
         tools = [{"type": "function", "function": f} for f in functions]
         tool_choice = ({"type": "function", "function": function_call} if isinstance(function_call, dict)
                        else function_call)
     tools, tool_grammar = tool_setup(llm.chat_template, tools, tool_choice)
-    tokens, template_stops = prompt_tokens(llm.model, llm.chat_template, messages, tools)
+    text, tokens, template_stops = chat_prompt(llm.model, llm.chat_template, messages, tools,
+                                               template_kwargs=chat_template_kwargs)
+    reasoning = Reasoning.for_prompt(llm.chat_template, text, reasoning_format)
     user_stops = [stop] if isinstance(stop, str) else list(stop or [])
     params = llm._sampling_params(temperature=temperature, response_format=response_format,
                                   grammar=grammar or tool_grammar, **_sampling_fields(sampling))
@@ -138,11 +153,11 @@ def create_chat_completion(llm: Llama, messages: list[dict[str, Any]], *, tools:
     envelope = Envelope.new("chatcmpl", model or llm.model_path)
     style = tool_calls.style_for(llm.chat_template) if tools else None
     if stream:
-        return _chat_chunks(events, ChatStream(envelope, ChoiceOutput(), style))
+        return _chat_chunks(events, ChatStream(envelope, ChoiceOutput(), style, reasoning))
     output = ChoiceOutput()
     for event in events:
         output.add(event)
-    return envelope.chat([output.chat_choice(style)], usage(n_prompt, output.n_generated))
+    return envelope.chat([output.chat_choice(style, reasoning)], usage(n_prompt, output.n_generated))
 
 
 def _sampling_fields(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -157,4 +172,4 @@ def _chat_chunks(events: Iterator[TextEvent], stream: ChatStream) -> Iterator[Cr
         yield from stream.push(event)
 
 
-__all__ = ["create_chat_completion", "grammar_for", "prompt_tokens", "resolve", "tool_setup"]
+__all__ = ["chat_prompt", "create_chat_completion", "grammar_for", "prompt_tokens", "resolve", "tool_setup"]

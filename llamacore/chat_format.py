@@ -127,7 +127,10 @@ def render_chat(
     Raises ChatTemplateError for any compile or render failure.
     """
     compiled = _compile(template)
+    now = datetime.now()
     context = {
+        # today's date under the names Llama 3.x and FireFunction templates read (as llama.cpp passes them)
+        "date_string": now.strftime("%d %b %Y"), "datetime": now.strftime("%b %d %Y"),
         **extra,
         "messages": [_flatten_content(m) for m in messages],
         "bos_token": bos_token,

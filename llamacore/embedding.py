@@ -48,7 +48,8 @@ def embed_all(llm: Llama, input: Any, *, normalize: bool, truncate: bool) -> tup
     for i, tokens in enumerate(lists):
         if len(tokens) > limit:
             if not truncate:
-                raise ValueError(f"input {i} has {len(tokens)} tokens; the limit is {limit} (n_batch)")
+                raise ValueError(f"input {i} ({len(tokens)} tokens) is too large to process: the limit is {limit} "
+                                 "tokens (n_batch)")
             lists[i] = tokens[:limit]
     per_token = ctx.pooling == "none"
     run = ctx.encode if model.has_encoder and not model.has_decoder else ctx.decode
@@ -58,6 +59,7 @@ def embed_all(llm: Llama, input: Any, *, normalize: bool, truncate: bool) -> tup
 
     def flush() -> None:
         run(batch)
+        llm.embed_decodes += 1
         row = 0
         for seq, index in enumerate(group):
             if per_token:

@@ -34,6 +34,7 @@ class Started:
     the KV cache already (a reused or shared prefix) and cost nothing."""
 
     n_cached: int
+    at: float = 0.0         # time.monotonic() when it started (one clock for all processes on a machine)
 
 
 @dataclass(frozen=True)

@@ -90,6 +90,7 @@ class Llama:
             offload_kqv=offload_kqv, rope_freq_base=rope_freq_base, rope_freq_scale=rope_freq_scale,
         )
         self._batch = Batch(self.ctx.n_batch)
+        self.embed_decodes = 0                   # decode (or encode) calls embeddings made, for metrics
         self._cached: list[int] = []             # tokens whose KV entries sit in sequence 0
         self._cache_key: tuple = ()             # adapter set those entries were computed with
         self._adapters: dict[str, LoraAdapter] = {}

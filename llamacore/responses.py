@@ -19,6 +19,7 @@ from typing import Any, Literal, NotRequired, Optional, Required, TypedDict
 from llamacore import tool_calls
 from llamacore.events import Finished, FinishReason, Text
 from llamacore.logprobs import TokenLogprob
+from llamacore.reasoning import Reasoning
 
 
 
@@ -103,6 +104,7 @@ class ChatCompletionMessageToolCallChunk(ChatCompletionMessageToolCall):
 class ChatCompletionResponseMessage(TypedDict, total=False):
     role: Literal["assistant"]
     content: Optional[str]
+    reasoning_content: str          # a thinking model's reasoning (llama-server's and DeepSeek's field)
     tool_calls: list[ChatCompletionMessageToolCall]
 
 
@@ -121,11 +123,13 @@ class CreateChatCompletionResponse(TypedDict):
     choices: list[ChatCompletionResponseChoice]
     usage: CompletionUsage
     system_fingerprint: NotRequired[str]
+    timings: NotRequired[dict[str, float]]     # llama-server's extension: llama.cpp timings
 
 
 class ChatCompletionStreamResponseDelta(TypedDict, total=False):
     role: Literal["assistant"]
     content: Optional[str]
+    reasoning_content: str
     tool_calls: list[ChatCompletionMessageToolCallChunk]
 
 
@@ -143,6 +147,7 @@ class _ChatChunkBase(TypedDict):
     model: str
     choices: list[ChatCompletionStreamResponseChoice]
     system_fingerprint: NotRequired[str]
+    timings: NotRequired[dict[str, float]]     # llama-server's extension: llama.cpp timings
 
 
 class CreateChatCompletionStreamResponse(_ChatChunkBase, total=False):
@@ -294,17 +299,31 @@ class ChoiceOutput:
         return {"text": prefix + self.text, "index": self.index, "logprobs": lp,
                 "finish_reason": _reason(self.finish.reason if self.finish else None)}
 
-    def chat_choice(self, tool_style: str | None) -> ChatCompletionResponseChoice:
-        """This choice in a `chat.completion`; with a `tool_style`, text that parses as calls becomes tool_calls."""
-        message, finish = assistant_message(self.text, self.finish.reason if self.finish else None, tool_style)
+    def chat_choice(self, tool_style: str | None, reasoning: Reasoning | None = None) -> ChatCompletionResponseChoice:
+        """This choice in a `chat.completion`; with a `tool_style`, text that parses as calls becomes tool_calls;
+        with `reasoning`, a thinking block becomes reasoning_content."""
+        message, finish = assistant_message(self.text, self.finish.reason if self.finish else None, tool_style,
+                                            reasoning)
         return {"index": self.index, "message": message,
                 "logprobs": chat_logprobs(self.entries) if self.entries else None,
                 "finish_reason": _reason(finish)}
 
 
-def assistant_message(text: str, finish: FinishReason | None,
-                      tool_style: str | None) -> tuple[ChatCompletionResponseMessage, FinishReason | None]:
-    """The assistant message for generated text and its finish reason (tool_calls when calls parsed)."""
+def assistant_message(text: str, finish: FinishReason | None, tool_style: str | None,
+                      reasoning: Reasoning | None = None) -> tuple[ChatCompletionResponseMessage, FinishReason | None]:
+    """The assistant message for generated text and its finish reason (tool_calls when calls parsed); with
+    `reasoning`, the thinking block is split off into reasoning_content and the rest is the answer."""
+    if reasoning is None:
+        return _answer_message(text, finish, tool_style)
+    thought, answer = reasoning.split(text)
+    message, finish = _answer_message(answer, finish, tool_style)
+    if thought:
+        message["reasoning_content"] = thought
+    return message, finish
+
+
+def _answer_message(text: str, finish: FinishReason | None,
+                    tool_style: str | None) -> tuple[ChatCompletionResponseMessage, FinishReason | None]:
     if tool_style is not None:
         content, calls = tool_calls.parse(text, tool_style)
         if calls:
@@ -322,14 +341,18 @@ class ChatStream:
     """Chat chunks of one choice: the role first, then content deltas, then the finish.
 
     With tools offered (`tool_style` set), content is held until the end so that text which
-    parses as tool calls is sent as one `tool_calls` delta instead of as content.
+    parses as tool calls is sent as one `tool_calls` delta instead of as content. With `reasoning`,
+    a thinking block streams as `reasoning_content` deltas (never held).
     """
 
-    def __init__(self, envelope: Envelope, output: ChoiceOutput, tool_style: str | None) -> None:
+    def __init__(self, envelope: Envelope, output: ChoiceOutput, tool_style: str | None,
+                 reasoning: Reasoning | None = None) -> None:
         self.envelope, self.output, self.tool_style = envelope, output, tool_style
+        self.reasoning = reasoning
+        self.splitter = reasoning.splitter() if reasoning is not None else None
 
     def start(self) -> CreateChatCompletionStreamResponse:
-        return self.envelope.chat_chunk(self.output.index, {"role": "assistant", "content": ""})
+        return self.envelope.chat_chunk(self.output.index, {"role": "assistant", "content": None})
 
     def push(self, event: Text | Finished) -> list[CreateChatCompletionStreamResponse]:
         """Record `event` in the output and return the chunks it releases."""
@@ -340,20 +363,40 @@ class ChatStream:
         """The chunks an event releases, once the output has recorded it."""
         index, chunk = self.output.index, self.envelope.chat_chunk
         if isinstance(event, Text):
+            lp = chat_logprobs([event.logprob]) if event.logprob is not None else None
+            if self.splitter is not None:
+                return self._split_chunks(self.splitter.push(event.text), lp)
             if self.tool_style is not None or not (event.text or event.logprob is not None):
                 return []
-            lp = chat_logprobs([event.logprob]) if event.logprob is not None else None
             return [chunk(index, {"content": event.text}, None, lp)]
+        out = self._split_chunks(self.splitter.finish(), None) if self.splitter is not None else []
         if self.tool_style is None:
-            return [chunk(index, {}, event.reason)]
-        message, finish = assistant_message(self.output.text, event.reason, self.tool_style)
-        out = []
+            return [*out, chunk(index, {}, event.reason)]
+        message, finish = assistant_message(self.output.text, event.reason, self.tool_style, self.reasoning)
         if message.get("content"):
             out.append(chunk(index, {"content": message["content"]}))
         if "tool_calls" in message:
             calls = [{"index": i, **call} for i, call in enumerate(message["tool_calls"])]
             out.append(chunk(index, {"tool_calls": calls}))    # type: ignore[typeddict-item]
         out.append(chunk(index, {}, finish))
+        return out
+
+    def _split_chunks(self, parts: list[tuple[str, str]],
+                      lp: ChatCompletionLogprobs | None) -> list[CreateChatCompletionStreamResponse]:
+        """Deltas for a splitter's (kind, text) parts; content is held while tools are offered. A token's
+        logprobs go with its first delta (or an empty content delta when it released none)."""
+        out = []
+        for kind, text in parts:
+            if kind == "reasoning":
+                delta: ChatCompletionStreamResponseDelta = {"reasoning_content": text}
+            elif self.tool_style is None:
+                delta = {"content": text}
+            else:
+                continue
+            out.append(self.envelope.chat_chunk(self.output.index, delta, None, lp))
+            lp = None
+        if lp is not None and self.tool_style is None:
+            out.append(self.envelope.chat_chunk(self.output.index, {"content": ""}, None, lp))
         return out
 
 

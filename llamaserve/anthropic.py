@@ -1,10 +1,11 @@
 """Anthropic's Messages API shapes: its requests as the chat pipeline's messages and tools, and the
 pipeline's output as Anthropic's message, stream events and errors.
 
-A request's `system`, text blocks, `tool_use` and `tool_result` blocks become the OpenAI-style
-messages the chat templates render; tools become functions (`input_schema` as `parameters`).
-The answer's text and parsed tool calls become `text` and `tool_use` content blocks, with
-Anthropic's stop reasons (end_turn, max_tokens, stop_sequence, tool_use).
+A request's `system`, text blocks, `thinking` blocks (as reasoning_content), `tool_use` and
+`tool_result` blocks become the OpenAI-style messages the chat templates render; tools become
+functions (`input_schema` as `parameters`). The answer's reasoning, text and parsed tool calls
+become `thinking`, `text` and `tool_use` content blocks, with Anthropic's stop reasons (end_turn,
+max_tokens, stop_sequence, tool_use).
 """
 
 from __future__ import annotations
@@ -69,8 +70,7 @@ def _text_of(content: Any, where: str) -> str:
 
 def chat_messages(body: MessagesRequest) -> list[dict[str, Any]]:
     """The request as chat messages for the model's template."""
-    if body.thinking is not None and body.thinking.get("type") != "disabled":
-        raise APIError(400, "thinking: extended thinking is not supported by this server")
+    template_kwargs(body)          # a bad thinking setting fails before anything runs
     if body.output_config:
         raise APIError(400, "output_config is not supported by this server; for JSON output use "
                             "/v1/chat/completions with response_format")
@@ -89,11 +89,15 @@ def chat_messages(body: MessagesRequest) -> list[dict[str, Any]]:
             continue
         if not isinstance(content, list):
             raise APIError(400, f"{where}.content: expected a string or a list of content blocks")
-        texts, calls = [], []
+        texts, calls, thoughts = [], [], []
         for j, block in enumerate(content):
             kind = block.get("type") if isinstance(block, dict) else None
             if kind == "text" and isinstance(block.get("text"), str):
                 texts.append(block["text"])
+            elif kind == "thinking" and role == "assistant" and isinstance(block.get("thinking"), str):
+                thoughts.append(block["thinking"])        # the template shows it (reasoning_content)
+            elif kind == "redacted_thinking" and role == "assistant":
+                continue                                  # encrypted by another server: nothing to show
             elif kind == "tool_use" and role == "assistant":
                 calls.append({"id": str(block.get("id", "")), "type": "function",
                               "function": {"name": str(block.get("name", "")),
@@ -108,12 +112,28 @@ def chat_messages(body: MessagesRequest) -> list[dict[str, Any]]:
                                     f"reads text only")
             else:
                 raise APIError(400, f"{where}.content.{j}: unsupported content block type {kind!r}")
-        if texts or calls:
+        if texts or calls or thoughts:
             item: dict[str, Any] = {"role": role, "content": "\n".join(texts) if texts else None}
+            if thoughts:
+                item["reasoning_content"] = "\n".join(thoughts)
             if calls:
                 item["tool_calls"] = calls
             out.append(item)
     return out
+
+
+def template_kwargs(body: MessagesRequest) -> dict[str, Any] | None:
+    """Template variables for the request's `thinking`: disabled turns a thinking template's thinking
+    off; enabled and adaptive leave the model's setting (its reasoning key; budget_tokens is not enforced,
+    max_tokens still caps the answer)."""
+    if body.thinking is None:
+        return None
+    kind = body.thinking.get("type")
+    if kind == "disabled":
+        return {"enable_thinking": False}
+    if kind in ("enabled", "adaptive"):
+        return None
+    raise APIError(400, f"thinking.type: expected enabled, adaptive or disabled, got {kind!r}")
 
 
 def chat_tools(body: MessagesRequest) -> tuple[list[dict[str, Any]] | None, Any]:
@@ -157,6 +177,8 @@ def stop_reason(finish: FinishReason | None, matched: str | None, stop_sequences
 def content_blocks(message: Mapping[str, Any]) -> list[dict[str, Any]]:
     """A chat answer (content and tool_calls) as Anthropic content blocks."""
     blocks: list[dict[str, Any]] = []
+    if message.get("reasoning_content"):       # local models sign nothing: an empty signature, as llama-server
+        blocks.append({"type": "thinking", "thinking": message["reasoning_content"], "signature": ""})
     if message.get("content"):
         blocks.append({"type": "text", "text": message["content"]})
     for call in message.get("tool_calls") or []:
@@ -173,7 +195,14 @@ def content_blocks(message: Mapping[str, Any]) -> list[dict[str, Any]]:
 def new_message(model: str, n_input: int) -> dict[str, Any]:
     return {"id": f"msg_{uuid.uuid4().hex}", "type": "message", "role": "assistant", "model": model,
             "content": [], "stop_reason": None, "stop_sequence": None,
-            "usage": {"input_tokens": n_input, "output_tokens": 0}}
+            "usage": input_usage(n_input, 0) | {"output_tokens": 0}}
+
+
+def input_usage(n_input: int, n_cached: int) -> dict[str, int]:
+    """Anthropic's split of the prompt: `input_tokens` are the ones computed, `cache_read_input_tokens`
+    the ones found in the KV cache (a reused prefix); their sum is what count_tokens reports."""
+    return {"input_tokens": n_input - n_cached, "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": n_cached}
 
 
 def sse(event: str, data: dict[str, Any]) -> str:
@@ -182,4 +211,4 @@ def sse(event: str, data: dict[str, Any]) -> str:
 
 
 __all__ = ["MessagesRequest", "chat_messages", "chat_tools", "content_blocks", "error_body", "new_message", "sse",
-           "stop_reason"]
+           "stop_reason", "template_kwargs"]

@@ -7,6 +7,7 @@ import contextlib
 import logging
 import math
 import signal
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -38,9 +39,9 @@ from llamaserve.routes.admin import (
     vllm_load,
     vllm_unload,
 )
-from llamaserve.routes.chat import chat_completions
+from llamaserve.routes.chat import chat_completions, chat_input_tokens
 from llamaserve.routes.completions import completions
-from llamaserve.routes.embeddings import embeddings
+from llamaserve.routes.embeddings import embeddings, native_embeddings
 from llamaserve.routes.llama_completion import llama_completion
 from llamaserve.routes.messages import count_tokens, messages
 from llamaserve.routes.models import (
@@ -52,6 +53,7 @@ from llamaserve.routes.models import (
     prometheus,
     set_lora_adapters,
 )
+from llamaserve.routes.props import props, set_props, slots
 from llamaserve.routes.responses import create_response, delete_response, get_response
 from llamaserve.routes.utility import apply_template, detokenize, tokenize
 from llamaserve.routes.web_ui import chat_page
@@ -104,6 +106,7 @@ def create_app(config: ServerConfig) -> Starlette:
     routes = [
         Route("/v1/completions", completions, methods=["POST"]),
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        Route("/v1/chat/completions/input_tokens", chat_input_tokens, methods=["POST"]),
         Route("/v1/embeddings", embeddings, methods=["POST"]),
         Route("/v1/models", list_models, methods=["GET"]),
         Route("/v1/models/{model:path}", get_model, methods=["GET"]),
@@ -112,6 +115,12 @@ def create_app(config: ServerConfig) -> Starlette:
         Route("/v1/load_lora_adapter", vllm_load, methods=["POST"]),
         Route("/v1/unload_lora_adapter", vllm_unload, methods=["POST"]),
         Route("/completion", llama_completion, methods=["POST"]),
+        Route("/completions", llama_completion, methods=["POST"]),     # llama-server's: native, not OpenAI's
+        Route("/embedding", native_embeddings, methods=["POST"]),
+        Route("/embeddings", native_embeddings, methods=["POST"]),
+        Route("/props", props, methods=["GET"]),
+        Route("/props", set_props, methods=["POST"]),
+        Route("/slots", slots, methods=["GET"]),
         Route("/tokenize", tokenize, methods=["POST"]),
         Route("/detokenize", detokenize, methods=["POST"]),
         Route("/apply-template", apply_template, methods=["POST"]),
@@ -201,4 +210,23 @@ def serve(config: ServerConfig) -> None:
     app = create_app(config)
     uvicorn_config = uvicorn.Config(app, host=config.host, port=config.port, log_level=config.log_level.lower(),
                                     timeout_graceful_shutdown=math.ceil(config.shutdown_grace + _CUT_MARGIN))
-    _Server(uvicorn_config, app.state.drain, config.shutdown_grace, config.drain_delay).run()
+    _Server(uvicorn_config, app.state.drain, config.shutdown_grace, config.drain_delay).run(
+        sockets=listening_sockets(config.host, config.port))
+
+
+def listening_sockets(host: str, port: int) -> list[socket.socket] | None:
+    """llama-server's comma-separated host ("127.0.0.1,::1"): one socket bound to each address; None
+    for a single address (uvicorn binds it)."""
+    hosts = [h.strip().removeprefix("[").removesuffix("]") for h in host.split(",") if h.strip()]
+    if len(hosts) < 2:
+        return None
+    sockets = []
+    for name in hosts:
+        family, kind, proto, _, address = socket.getaddrinfo(name, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:        # "::" beside "0.0.0.0" must not claim the IPv4 port too
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind(address)
+        sockets.append(sock)
+    return sockets

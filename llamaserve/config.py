@@ -263,6 +263,8 @@ def _entry(label: str, raw: dict, base_dir: Path, problems: Problems) -> tuple[s
         alias=alias, aliases=aliases, model=model, lora_adapters=adapters, adapters=declared,
         load=MappingProxyType({k: raw[k] for k in LOAD_KEYS if k in raw}),
         chat_format=raw.get("chat_format"), chat_template=raw.get("chat_template"),
+        chat_template_kwargs=MappingProxyType(dict(raw.get("chat_template_kwargs") or {})),
+        reasoning=raw.get("reasoning") or "auto", reasoning_format=raw.get("reasoning_format") or "auto",
         idle_unload=raw.get("idle_unload"), parallel=raw.get("parallel"), max_queue=raw.get("max_queue"),
         kv_unified=raw.get("kv_unified"), share_prefixes=raw.get("share_prefixes"),
         speculative=raw.get("speculative"),

@@ -13,7 +13,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from llamacore.json_grammar import WHITESPACE
-from llamacore.rpc import parse_endpoint
 from llamacore.options import (
     EMBEDDING_ONLY_KEYS,
     FLASH_ATTN,
@@ -22,6 +21,8 @@ from llamacore.options import (
     POOLING_TYPES,
     SPLIT_MODES,
 )
+from llamacore.reasoning import REASONING_FORMATS, REASONING_MODES
+from llamacore.rpc import parse_endpoint
 
 ISOLATION_MODES = ("thread", "process")
 DEFAULT_ISOLATION = "process"     # chosen by measurement: benchmarks/bench_isolation.py
@@ -185,6 +186,24 @@ def _kv_overrides(v: Any) -> dict:
     return dict(v)
 
 
+def _reasoning(v: Any) -> str:
+    """llama-server's --reasoning: on, off or auto (YAML reads a bare on/off as a boolean)."""
+    if isinstance(v, bool):
+        return "on" if v else "off"
+    return _choice(REASONING_MODES)(v.strip().lower() if isinstance(v, str) else v)
+
+
+def _template_kwargs(v: Any) -> dict[str, Any]:
+    """Extra chat template variables: a mapping of names to values (enable_thinking must be a boolean)."""
+    if not isinstance(v, Mapping) or not all(isinstance(k, str) and k for k in v):
+        raise Invalid(f"expected a mapping of template variable names to values, got {v!r}")
+    thinking = v.get("enable_thinking")
+    if thinking is not None and not isinstance(thinking, bool):
+        raise Invalid(f"enable_thinking: expected true or false, got {thinking!r} "
+                      "(or use the reasoning key: on, off or auto)")
+    return dict(v)
+
+
 def _cors(v: Any) -> tuple[str, ...]:
     return tuple(_list_of(string, "strings")([v] if isinstance(v, str) else v))
 
@@ -303,6 +322,8 @@ ENTRY_KEYS: dict[str, Check] = {
     "lora_adapters": lambda v: v,   # resolved against the config's folder in config.py
     "adapters": lambda v: v,        # likewise
     "chat_format": _optional(string), "chat_template": _optional(string),
+    "chat_template_kwargs": _optional(_template_kwargs), "reasoning": _optional(_reasoning),
+    "reasoning_format": _optional(_choice(REASONING_FORMATS)),
     "idle_unload": _optional(_via(parse_duration)), "parallel": _optional(_int(1)),
     "max_queue": _optional(_int(0)), "lora_steps_per_turn": _optional(_int(1)),
     "kv_unified": _optional(_bool), "share_prefixes": _optional(_bool), "speculative": _optional(_speculative),

@@ -46,8 +46,8 @@ assert set(_GGML_TYPES.values()) == set(KV_CACHE_TYPES)
 SAME_ROOT = ("host", "port", "api_key")
 SAME_MODEL = ("model", "model_alias", "n_gpu_layers", "split_mode", "main_gpu", "tensor_split", "use_mmap",
               "use_mlock", "kv_overrides", "rpc_servers", "seed", "n_ctx", "n_batch", "n_ubatch", "n_threads",
-              "n_threads_batch", "rope_freq_base", "rope_freq_scale", "embedding", "offload_kqv", "flash_attn",
-              "chat_format", "type_k", "type_v")
+              "n_threads_batch", "rope_freq_base", "rope_freq_scale", "embedding", "offload_kqv",
+              "flash_attn", "chat_format", "chat_template_kwargs", "type_k", "type_v")
 CONVERTED_MODEL = {
     "lora_path": "lora_adapters (the adapter at scale 1.0)",
     "draft_model": "speculative: {draft_model: ngram, n_draft, ngram_size: 2} (prompt lookup, as theirs)",
@@ -67,7 +67,7 @@ IGNORED_MODEL = {
     "mul_mat_q": "no longer an option of llama.cpp",
     "numa": "NUMA placement is llama.cpp's default",
     "lora_base": "llama-cpp-python does not use it either",
-    "hf_tokenizer_config_path": "only chat_format hf-tokenizer-config reads it, which llamaserve does not have",
+    "hf_tokenizer_config_path": "only chat_format hf-tokenizer-config reads it, which llamaserve lacks",
     "hf_pretrained_model_name_or_path": "llamaserve tokenizes with the GGUF file's own tokenizer",
 }
 DEFAULT_ONLY_MODEL: dict[str, tuple[Any, str]] = {      # key: (their default, what llamaserve does)
@@ -81,13 +81,12 @@ DEFAULT_ONLY_MODEL: dict[str, tuple[Any, str]] = {      # key: (their default, w
     "last_n_tokens_size": (64, "the repeat-penalty window is 64 tokens"),
 }
 REFUSED_ROOT = {
-    "ssl_keyfile": "HTTPS is not supported: put a TLS-terminating reverse proxy in front of llamaserve",
-    "ssl_certfile": "HTTPS is not supported: put a TLS-terminating reverse proxy in front of llamaserve",
+    "ssl_keyfile": "llamaserve serves plain HTTP; put a TLS-terminating reverse proxy in front of it",
+    "ssl_certfile": "llamaserve serves plain HTTP; put a TLS-terminating reverse proxy in front of it",
 }
 REFUSED_MODEL = {
-    "clip_model_path": "image input (multimodal projectors) is not supported; serve this model without it",
+    "clip_model_path": "llamaserve has no image input (multimodal projectors); serve the model without it",
     "hf_model_repo_id": "llamaserve does not download models: download the file and set model to its path",
-    "chat_template_kwargs": "chat template arguments are not supported",
 }
 # their Optional keys: null means "not set"
 _OPTIONAL = frozenset({"model_alias", "tensor_split", "kv_overrides", "rpc_servers", "chat_format", "type_k",
@@ -184,7 +183,8 @@ def _convert_draft(raw: dict, out: dict, label: str, problems: Problems, ignored
         problems.add(f"{label}.draft_model", "give either draft_model or speculative, not both")
         return
     # any draft_model makes llama-cpp-python's server use prompt lookup with 2-token n-grams
-    out["speculative"] = {"draft_model": "ngram", "n_draft": 10 if n_pred is None else n_pred, "ngram_size": 2}
+    n_draft = 10 if n_pred is None else n_pred          # their default
+    out["speculative"] = {"draft_model": "ngram", "n_draft": n_draft, "ngram_size": 2}
 
 
 def _is_int(v: Any) -> bool:
@@ -201,6 +201,10 @@ def _cache_type(v: Any) -> Any:
     return _GGML_TYPES.get(v, v) if _is_int(v) else v
 
 
+_KV_TYPES: dict[str, Callable[[str], Any]] = {
+    "bool": lambda t: t.lower() in ("true", "1"), "int": int, "float": float, "str": str}
+
+
 def _kv_overrides(v: Any) -> Any:
     """Their list of "key=type:value" strings (type bool, int, float or str) as a mapping."""
     if not isinstance(v, list):
@@ -209,7 +213,7 @@ def _kv_overrides(v: Any) -> Any:
     for item in v:
         key, _, typed = item.partition("=") if isinstance(item, str) else ("", "", "")
         kind, _, text = typed.partition(":")
-        parse = {"bool": lambda t: t.lower() in ("true", "1"), "int": int, "float": float, "str": str}.get(kind)
+        parse = _KV_TYPES.get(kind)
         try:
             if not key or parse is None:
                 return v

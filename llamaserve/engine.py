@@ -23,6 +23,7 @@ import dataclasses
 import logging
 import os
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -72,6 +73,8 @@ class Engine:
         self._thread: threading.Thread | None = None
         # called on the worker thread after each step (a worker process sends that step's events then)
         self.on_step: Callable[[], None] | None = None
+        self.n_decode = 0                    # llama_decode calls, and the sequences they carried in all
+        self.n_busy = 0
 
     def start(self) -> Engine:
         """Start the worker thread (once); returns the engine."""
@@ -105,6 +108,10 @@ class Engine:
         """(draft tokens decoded, drafts accepted) since the model loaded; None without speculative decoding."""
         s = self.scheduler
         return None if s.drafter is None else (s.drafted, s.accepted)
+
+    def decode_counts(self) -> tuple[int, int, int]:
+        """(llama_decode calls, sequences summed over them, draft verification steps) since the model loaded."""
+        return self.n_decode, self.n_busy, self.scheduler.verified
 
     def submit(self, req: GenRequest) -> None:
         error = self.submit_all([req])[0]
@@ -272,7 +279,7 @@ class Engine:
                 self._seq_adapters[a.slot.seq] = a.req.adapters
             if a.source is not None:         # the prompt's prefix is in another sequence: share its cells
                 self.ctx.kv_copy(a.source.seq, a.slot.seq, 0, a.shared)
-            self._emit([(a.req, Started(len(a.slot.cached)))])
+            self._emit([(a.req, Started(len(a.slot.cached), time.monotonic()))])
 
     def _fail_running(self, exc: Exception) -> None:
         """An unexpected error ends the running requests, not the worker: a dead worker hangs them all."""
@@ -301,6 +308,8 @@ class Engine:
                 self.ctx.kv_remove(row.slot.seq, 0, -1)
             self._emit(self.scheduler.fail([r.slot for r in plan.rows], exc))
             return
+        self.n_decode += 1
+        self.n_busy += len(plan.rows)
         sampled: list[Sampled | list[Sampled] | BaseException] = []
         for row, index in zip(plan.sample, out_index):
             req = row.slot.req

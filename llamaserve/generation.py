@@ -105,7 +105,9 @@ async def _texts(engine: AnyEngine, req: GenRequest, events: asyncio.Queue[Engin
         while True:
             event = await events.get()
             if isinstance(event, Started):
-                timings.started, timings.n_cached = time.monotonic(), event.n_cached
+                # the engine's clock: a worker process is admitted and samples in one step, whose events
+                # arrive here together (time.monotonic is one clock for every process of the machine)
+                timings.started, timings.n_cached = event.at or time.monotonic(), event.n_cached
             elif isinstance(event, Token):
                 count += 1
                 timings.n_generated = count
@@ -137,5 +139,6 @@ async def _texts(engine: AnyEngine, req: GenRequest, events: asyncio.Queue[Engin
             metrics.cancelled.inc()
         metrics.prompt_tokens.labels(model_name).inc(timings.n_prompt)
         metrics.completion_tokens.labels(model_name).inc(count)
+        metrics.llamacpp.observe_generation(timings)
         if first is not None and count > 1:
             metrics.tokens_per_second.labels(model_name).observe((count - 1) / max(time.monotonic() - first, 1e-6))

@@ -78,6 +78,13 @@ class NativeCompletionRequest(SamplingFields):
                 out[str(token)] = bias
         self.logit_bias = out
 
+    def ban_eog(self, model: Any) -> None:
+        """ignore_eos as llama-server does it: every end-of-generation token biased to -inf (so never sampled)."""
+        if self.ignore_eos:
+            bias = dict(self.logit_bias or {})
+            bias.update({str(t): -math.inf for t in range(model.n_vocab) if model.is_eog(t)})
+            self.logit_bias = bias
+
     def refused(self) -> str | None:
         """The first llama.cpp field turned on that this server does not implement, as an error message."""
         for name, off in _UNSUPPORTED_SAMPLING.items():
@@ -102,7 +109,8 @@ class NativeCompletionRequest(SamplingFields):
                 "typical_p": self.typical_p, "repeat_penalty": self.repeat_penalty,
                 "presence_penalty": self.presence_penalty, "frequency_penalty": self.frequency_penalty,
                 "stop": list(self.stop or []), "ignore_eos": self.ignore_eos, "n_probs": self.n_probs,
-                "grammar": self.grammar or "", "logit_bias": [[int(k), v] for k, v in (self.logit_bias or {}).items()],
+                "grammar": self.grammar or "", "logit_bias": [{"bias": v if math.isfinite(v) else None, "token": int(k)}     # null: -inf
+                               for k, v in (self.logit_bias or {}).items()],
                 "mirostat": 0, "dry_multiplier": 0.0, "xtc_probability": 0.0, "top_n_sigma": -1.0,
                 "adaptive_target": -1.0, "adaptive_decay": 0.9, "post_sampling_probs": False}
 

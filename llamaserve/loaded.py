@@ -56,6 +56,14 @@ class Loaded:
             return int(self.embedder.info["n_embd_out"])     # the server's copy has no weights or sizes
         return self.model.n_embd_out
 
+    def embedding_pooling(self) -> str:
+        """How this (embedding) model pools token vectors: "mean", "cls", "last", "rank", or "none"
+        (one vector per token)."""
+        if isinstance(self.embedder, WorkerEmbedder):
+            return str(self.embedder.info.get("pooling", "unspecified"))
+        assert self.embedder is not None, "not an embedding model"
+        return self.embedder.ctx.pooling
+
     def close_crashed(self) -> None:
         """After a worker crash: reap the worker and hand freed memory back; requests that still
         hold this object get WorkerCrashedError from the dead worker."""

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from llamaserve.metrics_llamacpp import LlamaCppMetrics
+
 
 class Metrics:
     def __init__(self) -> None:
@@ -50,6 +52,7 @@ class Metrics:
                                        ["model"], registry=r)
         self.cancelled = Counter("llamaserve_cancelled_requests", "Generations stopped by client disconnect",
                                  registry=r)
+        self.llamacpp = LlamaCppMetrics()      # llama-server's llamacpp:* families, rendered after these
 
     def forget_adapter(self, model: str, names: set[str]) -> None:
         """Drop the per-adapter series of a removed runtime adapter."""

@@ -218,6 +218,7 @@ class Registry:
         if self.loaded.get(loaded.key) is not loaded:
             return
         del self.loaded[loaded.key]
+        self.metrics.llamacpp.retire(loaded.engine)
         self.metrics.unloads.labels(loaded.entries[0].alias, "crashed").inc()
         self.metrics.loaded_models.set(len(self.loaded))
         asyncio.get_running_loop().run_in_executor(None, loaded.close_crashed)
@@ -332,6 +333,7 @@ class Registry:
             return
         del self.loaded[loaded.key]
         n_adapters = len(loaded.engine.adapters) if loaded.engine is not None else 0
+        self.metrics.llamacpp.retire(loaded.engine)      # its counts stay in the llamacpp:* totals
         await asyncio.to_thread(loaded.close)
         self.metrics.unloads.labels(loaded.entries[0].alias, reason).inc()
         if n_adapters:

@@ -1,10 +1,11 @@
 """OpenAI's Responses API shapes: a request's input items, instructions, tools and text format as the
 chat pipeline's messages, tools and response_format, and the pipeline's answer as a response object
-with `message` and `function_call` output items.
+with `reasoning` (a thinking model's, llamacore.reasoning), `message` and `function_call` output items.
 
 (Not to be confused with llamacore.responses, which builds the chat and completion shapes.)
-Input items are `message` (user, system, developer, assistant; text parts), `function_call` (a
-call the model made, as echoed back by the client) and `function_call_output` (its result);
+Input items are `message` (user, system, developer, assistant; text parts), `reasoning` (shown to
+the template with the assistant turn after it), `function_call` (a call the model made, as echoed
+back by the client) and `function_call_output` (its result);
 they become the OpenAI-style chat messages the templates render. Function tools become chat
 functions; `text.format` json_object/json_schema becomes a response_format.
 """
@@ -68,8 +69,12 @@ def check_supported(body: ResponsesRequest) -> None:
     """A 400 for each field set to something this server cannot do."""
     if body.background:
         raise _refuse("background", "background responses are not supported by this server")
-    if body.reasoning and any(v not in (None, "none") for v in body.reasoning.values()):
-        raise _refuse("reasoning", "reasoning effort and summaries are not supported by this server")
+    if body.reasoning and any(v not in (None, "none") for k, v in body.reasoning.items() if k != "effort"):
+        raise _refuse("reasoning", "reasoning summaries are not supported by this server (the reasoning "
+                                   "itself comes back as a reasoning item)")
+    effort = (body.reasoning or {}).get("effort")
+    if effort is not None and not isinstance(effort, str):
+        raise _refuse("reasoning.effort", "expected a string")
     if body.include:
         raise _refuse("include", "no additional output data (logprobs, reasoning, tool results) is available "
                                  "from this server")
@@ -121,33 +126,57 @@ def chat_messages(instructions: str | None, items: list[dict[str, Any]]) -> list
     templates expect one assistant message with its tool calls.
     """
     out: list[dict[str, Any]] = [{"role": "system", "content": instructions}] if instructions else []
+    thought: str | None = None          # a reasoning item's text, for the assistant message after it
     for i, item in enumerate(items):
         where = f"input.{i}"
         if not isinstance(item, dict):
             raise _refuse(where, "expected an input item object")
         kind = item.get("type") or "message"
+        if kind == "reasoning":
+            thought = _reasoning_text(item, where)
+            continue
         if kind == "message":
             role = item.get("role")
             if role not in ROLES:
                 raise _refuse(f"{where}.role", f"expected one of {', '.join(ROLES)}, got {str(role)[:40]!r}")
             out.append({"role": ROLES[role], "content": _content_text(item.get("content"), f"{where}.content")})
+            if thought and role == "assistant":
+                out[-1]["reasoning_content"] = thought
+            thought = None
         elif kind == "function_call":
             call = {"id": _string(item, "call_id", where), "type": "function",
                     "function": {"name": _string(item, "name", where),
                                  "arguments": _string(item, "arguments", where, empty=True)}}
-            if out and out[-1]["role"] == "assistant":
+            if out and out[-1]["role"] == "assistant" and not thought:
                 out[-1].setdefault("tool_calls", []).append(call)
             else:
                 out.append({"role": "assistant", "content": None, "tool_calls": [call]})
+                if thought:
+                    out[-1]["reasoning_content"] = thought
+            thought = None
         elif kind == "function_call_output":
             out.append({"role": "tool", "tool_call_id": _string(item, "call_id", where),
                         "content": _content_text(item.get("output"), f"{where}.output")})
         else:
             raise _refuse(f"{where}.type", f"unsupported input item type {str(kind)[:40]!r}; this server takes "
-                                           f"message, function_call and function_call_output items")
+                                           f"message, reasoning, function_call and function_call_output items")
     if not out:
         raise _refuse("input", "give at least one input item (or instructions)")
     return out
+
+
+def _reasoning_text(item: Mapping[str, Any], where: str) -> str:
+    """The text of a reasoning item (its reasoning_text content; else its summary), as the model's
+    template shows an earlier answer's reasoning."""
+    for key, part_type in (("content", "reasoning_text"), ("summary", "summary_text")):
+        parts = item.get(key) or []
+        if not isinstance(parts, list):
+            raise _refuse(f"{where}.{key}", "expected a list of parts")
+        texts = [_string(p, "text", f"{where}.{key}.{j}", empty=True) for j, p in enumerate(parts)
+                 if isinstance(p, dict) and p.get("type") == part_type]
+        if texts:
+            return "\n".join(texts)
+    return ""
 
 
 def chat_tools(tools: list[dict[str, Any]] | None, tool_choice: Any) -> tuple[list[dict[str, Any]] | None, Any]:
@@ -209,20 +238,28 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex}"
 
 
+def reasoning_item(item_id: str, text: str) -> dict[str, Any]:
+    """A thinking model's reasoning as an output item (its full text, no summary)."""
+    return {"type": "reasoning", "id": item_id, "summary": [], "content": [{"type": "reasoning_text", "text": text}]}
+
+
 def message_item(item_id: str, text: str, status: str) -> dict[str, Any]:
     return {"type": "message", "id": item_id, "status": status, "role": "assistant",
             "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]}
 
 
 def output_items(message: Mapping[str, Any], finish: FinishReason | None, message_id: str, *,
-                 always_text: bool, max_calls: int | None) -> list[dict[str, Any]]:
-    """A chat answer (content and tool_calls) as output items; only the first `max_calls` calls.
+                 always_text: bool, max_calls: int | None, reasoning_id: str = "") -> list[dict[str, Any]]:
+    """A chat answer (reasoning_content, content and tool_calls) as output items; only the first
+    `max_calls` calls.
 
     `always_text`: a message item even for empty text (as streamed without tools, where it
     opened before any text came).
     """
     status = "incomplete" if finish is FinishReason.LENGTH else "completed"
     items = []
+    if message.get("reasoning_content"):
+        items.append(reasoning_item(reasoning_id, message["reasoning_content"]))
     if message.get("content") or always_text:
         items.append(message_item(message_id, message.get("content") or "", status))
     for call in (message.get("tool_calls") or [])[:max_calls]:
@@ -240,6 +277,7 @@ class ResponseDraft:
     model: str
     id: str = field(default_factory=lambda: new_id("resp"))
     message_id: str = field(default_factory=lambda: new_id("msg"))
+    reasoning_id: str = field(default_factory=lambda: new_id("rs"))
     created_at: int = field(default_factory=lambda: int(time.time()))
 
     @property
@@ -261,7 +299,8 @@ class ResponseDraft:
             "instructions": body.instructions, "max_output_tokens": body.max_output_tokens,
             "max_tool_calls": body.max_tool_calls, "model": self.model, "output": output,
             "parallel_tool_calls": body.parallel_tool_calls is not False,
-            "previous_response_id": body.previous_response_id, "reasoning": {"effort": None, "summary": None},
+            "previous_response_id": body.previous_response_id,
+            "reasoning": {"effort": (body.reasoning or {}).get("effort"), "summary": None},
             "store": body.store is not False,
             "temperature": 1.0 if body.temperature is None else body.temperature,
             "text": {"format": ((body.text or {}).get("format") or {"type": "text"}), "verbosity": "medium"},

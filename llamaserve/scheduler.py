@@ -155,6 +155,7 @@ class Scheduler:
         self.drafter = drafter
         self.drafted = 0                 # draft tokens decoded, and how many of them were accepted
         self.accepted = 0
+        self.verified = 0                # decode steps that verified a draft
 
     @property
     def running(self) -> list[Slot]:
@@ -305,6 +306,7 @@ class Scheduler:
                 slot.pending = [slot.cached.pop()]
             if draft:
                 self.drafted += len(draft)
+                self.verified += 1
                 self.accepted += accepted
                 slot.pacing.verified(accepted, len(draft), self.drafter.n_draft if self.drafter else 0)
         return events

@@ -106,15 +106,25 @@ class CompletionRequest(SamplingFields):
     suffix: str | None = None
 
 
+class ThinkingFields(_Request):
+    """llama-server's fields for thinking models (llamacore.reasoning): how reasoning comes back, and the
+    template's extra variables (enable_thinking, ...); unset ones take the model's configured values."""
+
+    reasoning_format: Literal["none", "auto", "deepseek", "deepseek-legacy"] | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    reasoning_effort: str | None = None     # OpenAI's; "none" turns thinking off, others reach the template
+
+
 class ChatMessage(_Request):
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
     content: str | list[dict[str, Any]] | None = None
+    reasoning_content: str | None = None        # an earlier answer's reasoning, for templates that show it
     name: str | None = None
     tool_calls: list[dict[str, Any]] | None = None
     tool_call_id: str | None = None
 
 
-class ChatRequest(SamplingFields):
+class ChatRequest(SamplingFields, ThinkingFields):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=0)
     logprobs: bool = False
@@ -122,15 +132,28 @@ class ChatRequest(SamplingFields):
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
+    timings_per_token: bool = False     # llama-server's field: llama.cpp `timings` on every streamed chunk
+
+
+# one embedding input: a string, token ids mixed with strings, {"prompt_string": ...} or
+# {"content": [{"type": "text", "text": ...}, ...]} (llama-server's forms beside OpenAI's)
+EmbeddingItem = str | dict[str, Any] | list[StrictInt | str]
 
 
 class EmbeddingRequest(AdapterFields):      # adapter fields only to refuse them clearly
     model: str | None = None
-    input: str | list[str] | list[int] | list[list[int]]
+    input: EmbeddingItem | list[EmbeddingItem]
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = None
     truncate: bool = False      # llama.cpp's and TEI's field: cut inputs longer than the model takes
     user: str | None = None
+
+
+class NativeEmbeddingRequest(EmbeddingRequest):
+    """llama-server's /embedding and /embeddings: `content` may stand for `input`."""
+
+    input: EmbeddingItem | list[EmbeddingItem] | None = None      # type: ignore[assignment]
+    content: EmbeddingItem | list[EmbeddingItem] | None = None
 
 
 # -- llama.cpp server's utility routes ---------------------------------------------------------
@@ -149,10 +172,11 @@ class DetokenizeRequest(_Request):
     tokens: list[StrictInt] = []
 
 
-class ApplyTemplateRequest(_Request):
+class ApplyTemplateRequest(ThinkingFields):
     model: str | None = None
     messages: list[ChatMessage] = Field(min_length=1)
     tools: list[dict[str, Any]] | None = None
+    add_generation_prompt: bool = True
 
 
 # -- admin -------------------------------------------------------------------------------------

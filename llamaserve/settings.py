@@ -31,6 +31,9 @@ class ModelEntry:
     load: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}), hash=False)
     chat_format: str | None = None
     chat_template: str | None = None
+    chat_template_kwargs: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}), hash=False)
+    reasoning: str = "auto"                 # llama-server's --reasoning: on, off, auto (the template decides)
+    reasoning_format: str = "auto"          # none, auto, deepseek, deepseek-legacy (llamacore.reasoning)
     idle_unload: float | None = None
     parallel: int | None = None
     max_queue: int | None = None

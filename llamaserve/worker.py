@@ -100,7 +100,7 @@ class EngineHost:
             return
         e = self.engine
         drafted, accepted = e.speculative_counts() or (0, 0)
-        self.wire.send(("step", e.active, e.queued, drafted, accepted, events))
+        self.wire.send(("step", e.active, e.queued, drafted, accepted, events, list(e.decode_counts())))
         self._last_sent = now
 
     def close(self) -> None:
@@ -115,10 +115,17 @@ class EmbedHost:
         self.llama = Llama(spec["model"], embedding=True, **spec["llama_kwargs"])
 
     def info(self) -> dict[str, Any]:
-        return {"memory_bytes": self.llama.model.size, "n_embd_out": self.llama.model.n_embd_out}
+        return {"memory_bytes": self.llama.model.size, "n_embd_out": self.llama.model.n_embd_out,
+                "pooling": self.llama.ctx.pooling, "n_ctx": self.llama.ctx.n_ctx}
 
     def calls(self) -> dict[str, Callable[..., Any]]:
-        return {"create_embedding": self.llama.create_embedding}
+        return {"create_embedding": self.create_embedding}
+
+    def create_embedding(self, *args: Any) -> dict[str, Any]:
+        """Llama.create_embedding's answer, with the decodes it took (for the server's metrics)."""
+        before = self.llama.embed_decodes
+        result = self.llama.create_embedding(*args)
+        return {**result, "n_decode": self.llama.embed_decodes - before}
 
     def start(self) -> None:
         pass

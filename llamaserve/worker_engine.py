@@ -34,6 +34,7 @@ class WorkerEngine(WorkerProcess):
         self._ids = itertools.count(1)
         self._active = 0
         self._counts: tuple[int, int] = (0, 0)
+        self._decodes: tuple[int, int, int] = (0, 0, 0)
         self._speculative = bool(spec.get("speculative"))
         self._max_queue = spec["max_queue"]
         self.adapters: dict[str, bool] = {}
@@ -57,6 +58,9 @@ class WorkerEngine(WorkerProcess):
 
     def speculative_counts(self) -> tuple[int, int] | None:
         return self._counts if self._speculative else None
+
+    def decode_counts(self) -> tuple[int, int, int]:
+        return self._decodes
 
     def has_work(self) -> bool:
         return bool(self._requests) or super().has_work()
@@ -115,8 +119,9 @@ class WorkerEngine(WorkerProcess):
         self.call_async("remove_adapter", path)       # freed there when its last request ends
 
     def on_frame(self, message: Any) -> None:
-        _, self._active, _queued, drafted, accepted, events = message
+        _, self._active, _queued, drafted, accepted, events, decodes = message
         self._counts = (drafted, accepted)
+        self._decodes = (decodes[0], decodes[1], decodes[2])
         for item in events:
             rid, event = decode_event(item)
             req = self._requests.pop(rid, None) if item[1] in (FINISHED, FAILED) else self._requests.get(rid)
@@ -140,10 +145,13 @@ class WorkerEmbedder(WorkerProcess):
     def __init__(self, spec: dict[str, Any], **options: Any) -> None:
         super().__init__({**spec, "kind": "embed"}, **options)
         self.model = self._vocab(spec["model"], spec["llama_kwargs"])
+        self.embed_decodes = 0           # as llamacore.Llama's: the decodes its embeddings took
 
     def create_embedding(self, input: Any, model: str | None = None, normalize: bool = True,
                          truncate: bool = True) -> dict[str, Any]:
-        return self.call("create_embedding", input, model, normalize, truncate)
+        result = self.call("create_embedding", input, model, normalize, truncate)
+        self.embed_decodes += int(result.pop("n_decode", 0))
+        return result
 
 
 __all__ = ["WorkerEmbedder", "WorkerEngine"]

@@ -8,10 +8,10 @@ Server -> worker:
     ("close",)
 Worker -> server:
     ("ready", info) or ("load_failed", error)
-    ("step", active, queued, drafted, accepted, events)   one frame per engine step
+    ("step", active, queued, drafted, accepted, events, [decodes, busy, verified])   one frame per engine step
     ("reply", cid, ok, result_or_error)
 
-An event is (rid, STARTED, n_cached, None), (rid, TOKEN, id, logprob), (rid, FINISHED, reason,
+An event is (rid, STARTED, n_cached, at), (rid, TOKEN, id, logprob), (rid, FINISHED, reason,
 n_generated) or (rid, FAILED, error); an error is (type name, message) and comes back as the same exception
 type when the server knows it, else as RuntimeError.
 """
@@ -53,7 +53,7 @@ def encode_event(rid: int, event: EngineEvent) -> tuple:
     if isinstance(event, Finished):
         return rid, FINISHED, event.reason.value, event.n_generated
     if isinstance(event, Started):
-        return rid, STARTED, event.n_cached, None
+        return rid, STARTED, event.n_cached, event.at
     return rid, FAILED, encode_error(event.error), None
 
 
@@ -65,7 +65,7 @@ def decode_event(item: Any) -> tuple[int, EngineEvent]:
     if kind == FINISHED:
         return rid, Finished(FinishReason(a), b)
     if kind == STARTED:
-        return rid, Started(a)
+        return rid, Started(a, b)
     return rid, Failed(decode_error(a))
 
 

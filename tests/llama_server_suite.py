@@ -61,7 +61,7 @@ _NEUTRAL: dict[str, tuple[Any, ...]] = {
     "mmproj_url": (None,), "no_mmproj": (None, True, False), "media_path": (None,),
     "sleep_idle_seconds": (None,), "cache_ram": (None,), "server_tools": (None,),
     "server_tools_runtime": (None,), "mcp_servers_config": (None,), "mcp_servers_json": (None,),
-    "server_reranking": (False, None), "reasoning": (None,), "n_gpu_layer": (None, 0),
+    "server_reranking": (False, None), "n_gpu_layer": (None, 0),
 }
 
 
@@ -87,11 +87,11 @@ def llamaserve_config(server: Any) -> dict[str, Any]:
     if server.n_predict and server.n_predict > 0:
         sampling["max_tokens"] = server.n_predict
     entry["sampling"] = sampling
-    load = {"n_ctx": server.n_ctx, "n_batch": server.n_batch, "n_ubatch": server.n_ubatch,
+    load = {"n_ctx": _slot_ctx(server), "n_batch": server.n_batch, "n_ubatch": server.n_ubatch,
             "n_threads": server.n_threads or int(os.environ.get("LLAMACORE_TEST_THREADS", "2")),
             "parallel": server.n_slots, "type_k": server.ctk, "type_v": server.ctv,
             "chat_template": server.chat_template or _template_file(server.chat_template_file),
-            "reasoning_format": server.reasoning_format}
+            "reasoning_format": server.reasoning_format, "reasoning": server.reasoning}
     if server.fa is not None:
         load["flash_attn"] = {"on": True, "off": False}.get(server.fa, server.fa)
     if server.server_embeddings:
@@ -110,7 +110,17 @@ def llamaserve_config(server: Any) -> dict[str, Any]:
         config["api_key"] = server.api_key
     if server.cors_origins:
         config["cors"] = server.cors_origins.split(",")
+    if server.no_ui:
+        config["web_ui"] = False
     return config
+
+
+def _slot_ctx(server: Any) -> int | None:
+    """llamaserve's n_ctx is each sequence's; llama-server's --ctx-size is split over its --parallel
+    slots (unless the KV cache is unified, where one sequence may fill all of it)."""
+    if server.n_ctx and server.n_slots and not server.kv_unified:
+        return server.n_ctx // server.n_slots
+    return server.n_ctx
 
 
 def _template_file(path: str | None) -> str | None:

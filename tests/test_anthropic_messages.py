@@ -20,7 +20,7 @@ WEATHER = {"name": "get_weather", "description": "Current weather in a city",
 
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory, tiny_model_path):
-    config = {"api_key": KEY, "defaults": {"n_ctx": 512, "n_threads": N_THREADS},
+    config = {"api_key": KEY, "unknown_model": "error", "defaults": {"n_ctx": 512, "n_threads": N_THREADS},
               "models": [{"alias": "claude-tiny", "model": str(tiny_model_path)}]}
     proc = ServerProcess(config, tmp_path_factory.mktemp("anthropic")).start()
     yield proc
@@ -49,8 +49,19 @@ def test_message_equals_the_chat_answer_and_reports_usage(srv, client):
     assert msg.stop_reason == ("max_tokens" if ref["finish_reason"] == "length" else "end_turn")
     count = client.messages.count_tokens(model="claude-tiny", system="You are terse.",
                                          messages=[{"role": "user", "content": "Hello there"}])
-    assert msg.usage.input_tokens == count.input_tokens > 0
+    # computed plus found in the KV cache: the whole prompt, as count_tokens counts it
+    assert msg.usage.input_tokens + msg.usage.cache_read_input_tokens == count.input_tokens > 0
+    assert msg.usage.cache_creation_input_tokens == 0
     assert msg.usage.output_tokens == 12 or msg.stop_reason == "end_turn"
+
+
+def test_a_repeated_prompt_is_read_from_the_cache(client):
+    messages = [{"role": "user", "content": "Tell me about the cache, twice"}]
+    client.messages.create(model="claude-tiny", max_tokens=2, extra_body=GREEDY, messages=messages)
+    again = client.messages.create(model="claude-tiny", max_tokens=2, extra_body=GREEDY, messages=messages)
+    total = client.messages.count_tokens(model="claude-tiny", messages=messages).input_tokens
+    # all but the last prompt token come from the KV cache; that one is computed for its logits
+    assert (again.usage.input_tokens, again.usage.cache_read_input_tokens) == (1, total - 1)
 
 
 def test_stop_sequence_is_named(srv, client):

@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.server, pytest.mark.slow]
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, tiny_model_path):
     folder = tmp_path_factory.mktemp("bounded")
-    config = {"defaults": {"n_ctx": 256, "n_threads": N_THREADS},
+    config = {"unknown_model": "error", "defaults": {"n_ctx": 256, "n_threads": N_THREADS},
               "models": [{"alias": "m", "model": str(tiny_model_path)}]}
     proc = ServerProcess(config, folder).start()
     yield proc

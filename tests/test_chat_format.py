@@ -1,6 +1,7 @@
 """Tests for llamacore.chat_format: real templates render exactly, the sandbox holds, fallbacks match."""
 
 import json
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -76,9 +77,10 @@ def test_qwen25_tools_use_hf_tojson():
 def test_llama31():
     template = real_template("meta-llama-Llama-3.1-8B-Instruct.jinja")
     out = render_chat(template, CHAT, bos_token="<|begin_of_text|>")
+    today = datetime.now().strftime("%d %b %Y")         # the template reads date_string, given as today
     assert out == (
         "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n"
-        "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n"
+        f"Cutting Knowledge Date: December 2023\nToday Date: {today}\n\n"
         "You are helpful.<|eot_id|>"
         "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
         "<|start_header_id|>assistant<|end_header_id|>\n\nHello!<|eot_id|>"

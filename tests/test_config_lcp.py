@@ -11,7 +11,7 @@ import logging
 import os
 
 import pytest
-from helpers import N_THREADS, problems, write
+from helpers import N_THREADS, REPO_ROOT, problems, write
 
 from llamaserve import config_lcp
 from llamaserve.config import load_config
@@ -20,12 +20,12 @@ from llamaserve.config import load_config
 LCP_SERVER_KEYS = ("host", "port", "ssl_keyfile", "ssl_certfile", "api_key", "interrupt_requests",
                    "disable_ping_events", "root_path")
 LCP_MODEL_KEYS = (
-    "model", "model_alias", "n_gpu_layers", "split_mode", "main_gpu", "tensor_split", "vocab_only", "use_mmap",
-    "use_mlock", "kv_overrides", "rpc_servers", "seed", "n_ctx", "n_batch", "n_ubatch", "n_threads",
-    "n_threads_batch", "rope_scaling_type", "rope_freq_base", "rope_freq_scale", "yarn_ext_factor",
-    "yarn_attn_factor", "yarn_beta_fast", "yarn_beta_slow", "yarn_orig_ctx", "mul_mat_q", "logits_all",
-    "embedding", "offload_kqv", "flash_attn", "last_n_tokens_size", "lora_base", "lora_path", "numa",
-    "chat_format", "chat_template_kwargs", "clip_model_path", "cache", "cache_type", "cache_size",
+    "model", "model_alias", "n_gpu_layers", "split_mode", "main_gpu", "tensor_split", "vocab_only",
+    "use_mmap", "use_mlock", "kv_overrides", "rpc_servers", "seed", "n_ctx", "n_batch", "n_ubatch",
+    "n_threads", "n_threads_batch", "rope_scaling_type", "rope_freq_base", "rope_freq_scale",
+    "yarn_ext_factor", "yarn_attn_factor", "yarn_beta_fast", "yarn_beta_slow", "yarn_orig_ctx", "mul_mat_q",
+    "logits_all", "embedding", "offload_kqv", "flash_attn", "last_n_tokens_size", "lora_base", "lora_path",
+    "numa", "chat_format", "chat_template_kwargs", "clip_model_path", "cache", "cache_type", "cache_size",
     "hf_tokenizer_config_path", "hf_pretrained_model_name_or_path", "hf_model_repo_id", "draft_model",
     "draft_model_num_pred_tokens", "type_k", "type_v", "verbose",
 )
@@ -121,7 +121,8 @@ def test_their_keys_and_value_spellings_are_translated(work, caplog):
     assert root.startswith(f"{work / 'lcp.yaml'}: llama-cpp-python keys ignored: interrupt_requests (")
     assert "disable_ping_events (" in root
     assert entry.startswith(f"{work / 'lcp.yaml'}: models[0]: llama-cpp-python keys ignored: verbose (")
-    for key in ("cache (", "cache_type (", "yarn_ext_factor (at its default", "last_n_tokens_size (at its default"):
+    for key in ("cache (", "cache_type (", "yarn_ext_factor (at its default",
+                "last_n_tokens_size (at its default"):
         assert key in entry
     assert "lora_base" not in entry                 # null: not set
 
@@ -136,15 +137,16 @@ def test_what_llamaserve_cannot_do_is_refused_all_at_once(work):
     llava = {"model": "models/model.gguf", "model_alias": "gpt-4-vision-preview", "chat_format": "llava-1-5",
              "clip_model_path": "models/mmproj-model-f16.gguf", "n_gpu_layers": -1}
     hub = {"model": "*q8_0.gguf", "hf_model_repo_id": "Qwen/Qwen2-0.5B-Instruct-GGUF"}
-    tweaked = {"model": "models/model.gguf", "model_alias": "tweaked", "yarn_orig_ctx": 4096, "vocab_only": True,
-               "last_n_tokens_size": 128, "chat_template_kwargs": {"enable_thinking": True},
+    tweaked = {"model": "models/model.gguf", "model_alias": "tweaked", "yarn_orig_ctx": 4096,
+               "vocab_only": True, "last_n_tokens_size": 128,
                "lora_path": "models/lora-a.gguf", "lora_adapters": ["models/lora-b.gguf"]}
     path = write(work, "refused.json", json.dumps({"ssl_keyfile": "key.pem", "ssl_certfile": None,
                                                     "models": [llava, hub, tweaked]}))
     found = problems(path)
     expected = [
-        "ssl_keyfile: llama-cpp-python's ssl_keyfile is not supported: HTTPS is not supported",
-        "models[0].clip_model_path: llama-cpp-python's clip_model_path is not supported: image input",
+        "ssl_keyfile: llama-cpp-python's ssl_keyfile is not supported: llamaserve serves plain HTTP",
+        "models[0].clip_model_path: llama-cpp-python's clip_model_path is not supported: llamaserve has "
+        "no image input",
         "models[1].hf_model_repo_id: llama-cpp-python's hf_model_repo_id is not supported: llamaserve does "
         "not download models",
         "models[2].yarn_orig_ctx: llama-cpp-python's yarn_orig_ctx is not supported: YaRN parameters come "
@@ -152,7 +154,6 @@ def test_what_llamaserve_cannot_do_is_refused_all_at_once(work):
         "models[2].vocab_only: llama-cpp-python's vocab_only is not supported",
         "models[2].last_n_tokens_size: llama-cpp-python's last_n_tokens_size is not supported: the "
         "repeat-penalty window is 64 tokens",
-        "models[2].chat_template_kwargs: llama-cpp-python's chat_template_kwargs is not supported",
         "models[2].lora_path: give either lora_path or lora_adapters, not both",
         "models[0].chat_format: unknown chat format 'llava-1-5'",
     ]
@@ -180,7 +181,8 @@ def test_a_llama_cpp_python_json_config_serves(tmp_path, tiny_model_path):
     entry = {"model": str(tiny_model_path), "model_alias": "gpt-3.5-turbo", "chat_format": "chatml",
              "n_gpu_layers": -1, "offload_kqv": True, "n_threads": N_THREADS, "n_batch": 512, "n_ctx": 256,
              "verbose": False, "cache": False, "lora_base": None, "seed": -1}
-    proc = ServerProcess({"interrupt_requests": True, "models": [entry]}, tmp_path, name="config.json").start()
+    config = {"interrupt_requests": True, "models": [entry]}
+    proc = ServerProcess(config, tmp_path, name="config.json").start()
     try:
         assert json.loads(proc.config_path.read_text())["models"][0]["model_alias"] == "gpt-3.5-turbo"
         resp = proc.post("/v1/chat/completions", json={
@@ -193,3 +195,13 @@ def test_a_llama_cpp_python_json_config_serves(tmp_path, tiny_model_path):
         proc.stop()
     log = proc.log()
     assert "models[0]: llama-cpp-python keys ignored: verbose (" in log and "interrupt_requests (" in log
+
+
+def test_the_readme_example_loads(work):
+    readme = (REPO_ROOT / "README.md").read_text()
+    section = readme[readme.index("### llama-cpp-python config files"):]
+    block = section[section.index("```json\n") + 8:section.index("```\n", section.index("```json\n") + 8)]
+    data = json.loads(block)
+    data["models"][0]["model"] = "models/model.gguf"      # the generated model in place of the named file
+    config = load_config(write(work, "readme.json", json.dumps(data)))
+    assert [e.alias for e in config.models] == ["gpt-3.5-turbo"] and config.models[0].chat_format == "chatml"

@@ -20,9 +20,10 @@ def test_chat_shape_and_stream(llm):
     out = llm.create_chat_completion(MESSAGES, max_tokens=8, temperature=0)
     assert out["object"] == "chat.completion" and out["choices"][0]["message"]["role"] == "assistant"
     chunks = list(llm.create_chat_completion(MESSAGES, max_tokens=8, temperature=0, stream=True))
-    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    # the role comes first with no content yet (null, as llama-server and llama-cpp-python's server send it)
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": None}
     assert all(c["object"] == "chat.completion.chunk" for c in chunks)
-    text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks)
     assert text == out["choices"][0]["message"]["content"]
     assert chunks[-1]["choices"][0]["finish_reason"] == out["choices"][0]["finish_reason"] == "length"
 

@@ -71,6 +71,22 @@ def test_stream_with_usage_equals_plain_chat(client):
     assert chunks[-1].choices == [] and chunks[-1].usage.total_tokens == plain.usage.total_tokens
 
 
+def test_repeated_prompt_reports_its_cached_tokens(client, server):
+    messages = [{"role": "user", "content": "A prompt sent twice, to find its prefix in the cache"}]
+    first = client.chat.completions.create(model="base", messages=messages, max_tokens=2, temperature=0)
+    again = client.chat.completions.create(model="base", messages=messages, max_tokens=2, temperature=0)
+    n = first.usage.prompt_tokens
+    # the second finds all but the last prompt token in the KV cache (that one is decoded for its logits)
+    assert first.usage.prompt_tokens_details.cached_tokens < n - 1
+    assert again.usage.prompt_tokens_details.cached_tokens == n - 1
+    assert again.system_fingerprint.startswith("b")
+    # llama-server's timings say the same, and how long the prompt and the generation took
+    timings = server.post("/chat/completions", json={"model": "base", "messages": messages, "max_tokens": 2,
+                                                     "temperature": 0}).json()["timings"]
+    assert timings["cache_n"] == n - 1 and timings["prompt_n"] == 1 and timings["predicted_n"] == 2
+    assert timings["prompt_ms"] > 0 and timings["predicted_per_second"] > 0
+
+
 def test_content_parts_and_max_completion_tokens(client):
     out = client.chat.completions.create(
         model="base", messages=[{"role": "user", "content": [{"type": "text", "text": "Hi"}]}],

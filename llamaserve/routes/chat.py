@@ -6,10 +6,10 @@ from collections.abc import AsyncGenerator
 from contextlib import AsyncExitStack
 
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 
 from llamacore import tool_calls
-from llamacore.chat import prompt_tokens, tool_setup
+from llamacore.chat import tool_setup
 from llamacore.responses import (
     ChatStream,
     CreateChatCompletionResponse,
@@ -29,6 +29,7 @@ from llamaserve.routes.requests import (
 )
 from llamaserve.schemas import ChatRequest
 from llamaserve.structured import check_grammar, response_grammar
+from llamaserve.thinking import chat_input
 
 
 async def chat_completions(request: Request) -> Response:
@@ -42,7 +43,10 @@ async def chat_completions(request: Request) -> Response:
         messages = [m.model_dump(exclude_none=True) for m in body.messages]
         try:
             tools, tool_grammar = tool_setup(template, body.tools, body.tool_choice)
-            tokens, template_stops = prompt_tokens(engine.model, template, messages, tools)
+            prompt = chat_input(engine.model, entry, template, messages, tools,
+                                reasoning_format=body.reasoning_format,
+                                chat_template_kwargs=body.chat_template_kwargs, reasoning_effort=body.reasoning_effort)
+            tokens, template_stops, reasoning = prompt.tokens, prompt.stops, prompt.reasoning
             if tool_grammar and body.grammar is not None:
                 raise ValueError("grammar cannot be combined with a tool_choice that forces a call")
             grammar = tool_grammar or await response_grammar(state, body, entry)
@@ -64,19 +68,48 @@ async def chat_completions(request: Request) -> Response:
 
         def result() -> CreateChatCompletionResponse:
             n_out = sum(c.n_generated for c in choices)
-            return envelope.chat([c.chat_choice(style) for c in choices],
-                                 usage(len(tokens), n_out, cached_tokens(choices, body.n)))
+            out = envelope.chat([c.chat_choice(style, reasoning) for c in choices],
+                                usage(len(tokens), n_out, cached_tokens(choices, body.n)))
+            out["timings"] = timings()
+            return out
+
+        def timings() -> dict[str, float]:
+            """llama-server's timings (of the first choice), an extension field on its chat answers."""
+            assert choices[0].timings is not None
+            return choices[0].timings.llama_cpp()
 
         async def chunks() -> AsyncGenerator[CreateChatCompletionStreamResponse, None]:
-            streams = {c.index: ChatStream(envelope, c, style) for c in choices}
+            streams = {c.index: ChatStream(envelope, c, style, reasoning) for c in choices}
             for s in streams.values():
                 yield s.start()
             async for choice, event in events:
                 for chunk in streams[choice.index].chunks(event):
+                    if body.timings_per_token:
+                        chunk["timings"] = timings()
                     yield chunk
             if include_usage:
-                yield envelope.chat_usage_chunk(usage(len(tokens), sum(c.n_generated for c in choices),
-                                                      cached_tokens(choices, body.n)))
+                last = envelope.chat_usage_chunk(usage(len(tokens), sum(c.n_generated for c in choices),
+                                                       cached_tokens(choices, body.n)))
+                last["timings"] = timings()
+                yield last
         return events, chunks, result
 
     return await respond(body.stream, prepare)
+
+
+async def chat_input_tokens(request: Request) -> Response:
+    """POST /v1/chat/completions/input_tokens (llama-server's): how many tokens a chat request's prompt
+    takes (template, tools and all), without generating."""
+    body = await parse_body(request, ChatRequest)
+    async with AsyncExitStack() as stack:
+        acquired = await acquire_engine(stack, request.app.state.registry, body, body.model)
+        template = acquired.loaded.chat_template(acquired.entry)
+        messages = [m.model_dump(exclude_none=True) for m in body.messages]
+        try:
+            tools, _ = tool_setup(template, body.tools, body.tool_choice)
+            tokens = chat_input(acquired.engine.model, acquired.entry, template, messages, tools,
+                                chat_template_kwargs=body.chat_template_kwargs,
+                                reasoning_effort=body.reasoning_effort).tokens
+        except ValueError as exc:
+            raise APIError(400, str(exc)) from None
+    return JSONResponse({"input_tokens": len(tokens)})

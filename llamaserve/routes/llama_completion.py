@@ -43,6 +43,7 @@ async def llama_completion(request: Request) -> Response:
 
         try:
             body.token_bias(tokenize)
+            body.ban_eog(model)
             token_lists = prompts(body.prompt, tokenize)
         except ValueError as exc:
             raise APIError(400, str(exc), param="prompt") from None

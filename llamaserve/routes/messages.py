@@ -10,30 +10,41 @@ import json
 import logging
 from collections.abc import AsyncGenerator
 from contextlib import AsyncExitStack
+from dataclasses import replace
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from llamacore import tool_calls
-from llamacore.chat import prompt_tokens, tool_setup
+from llamacore.chat import tool_setup
 from llamacore.events import Finished
+from llamacore.reasoning import Reasoning
 from llamacore.responses import assistant_message
-from llamacore.sampling import SamplingParams
 from llamaserve.anthropic import (
     MessagesRequest,
     chat_messages,
     chat_tools,
     content_blocks,
     error_body,
+    input_usage,
     new_message,
     sse,
     stop_reason,
+    template_kwargs,
 )
 from llamaserve.choices import Choice, run_choices
 from llamaserve.errors import APIError, api_error_for
-from llamaserve.routes.requests import acquire, acquire_engine, check_prompt_fits, count_adapter_usage, parse_body
+from llamaserve.routes.requests import (
+    acquire,
+    acquire_engine,
+    check_prompt_fits,
+    count_adapter_usage,
+    parse_body,
+    sampling_for,
+)
 from llamaserve.sse import sse_response
+from llamaserve.thinking import chat_input
 
 log = logging.getLogger("llamaserve")
 
@@ -62,7 +73,8 @@ async def count_tokens(request: Request) -> Response:
             template = loaded.chat_template(entry)
             tools, tool_choice = chat_tools(body)
             rendered_tools, _ = tool_setup(template, tools, tool_choice)
-            tokens, _ = prompt_tokens(loaded.model, template, chat_messages(body), rendered_tools)
+            tokens = chat_input(loaded.model, entry, template, chat_messages(body), rendered_tools,
+                                chat_template_kwargs=template_kwargs(body)).tokens
         return JSONResponse({"input_tokens": len(tokens)})
     except ValueError as exc:
         return _error(APIError(400, str(exc)))
@@ -85,13 +97,15 @@ async def _messages(request: Request) -> Response:
         tools, tool_choice = chat_tools(body)
         try:
             rendered_tools, grammar = tool_setup(template, tools, tool_choice)
-            tokens, template_stops = prompt_tokens(engine.model, template, messages_in, rendered_tools)
+            prompt = chat_input(engine.model, entry, template, messages_in, rendered_tools,
+                                chat_template_kwargs=template_kwargs(body))
+            tokens, template_stops, reasoning = prompt.tokens, prompt.stops, prompt.reasoning
         except ValueError as exc:
             raise APIError(400, str(exc)) from None
         check_prompt_fits(len(tokens), engine.n_ctx_seq)
         user_stops = list(body.stop_sequences or [])
-        sampling = SamplingParams(temperature=body.temperature, top_k=body.top_k, top_p=body.top_p, min_p=0.0,
-                                  grammar=grammar)
+        sampling = sampling_for(entry, body, temperature=body.temperature, top_k=body.top_k, top_p=body.top_p,
+                                grammar=grammar)
         choice = Choice(index=0, tokens=tokens, sampling=sampling)
         events = run_choices(engine, [choice], stack, max_tokens=body.max_tokens, adapters=acquired.selection.key,
                              stops=template_stops + user_stops, n_logprobs=None, ignore_eos=False,
@@ -101,40 +115,44 @@ async def _messages(request: Request) -> Response:
         message = new_message(body.model or entry.alias, len(tokens))
 
         def finish(finished: Finished | None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-            answer, reason = assistant_message(choice.text, finished.reason if finished else None, style)
+            answer, reason = assistant_message(choice.text, finished.reason if finished else None, style, reasoning)
             blocks = content_blocks(answer)
             stop, sequence = stop_reason(reason, finished.stop_sequence if finished else None, user_stops,
                                          any(b["type"] == "tool_use" for b in blocks))
             return blocks, {"stop_reason": stop, "stop_sequence": sequence}
+
+        def final_usage() -> dict[str, int]:
+            n_cached = choice.timings.n_cached if choice.timings is not None else 0
+            return input_usage(len(tokens), n_cached) | {"output_tokens": choice.n_generated}
 
         if not body.stream:
             async for _ in events:
                 pass
             blocks, ending = finish(choice.finish)
             message.update(content=blocks, **ending)
-            message["usage"]["output_tokens"] = choice.n_generated
+            message["usage"] = final_usage()
             return JSONResponse(message)
 
         async def stream() -> AsyncGenerator[str, None]:
             yield sse("message_start", {"type": "message_start", "message": message})
-            live = style is None               # without tools the text streams as it comes
-            if live:
-                yield sse("content_block_start", {"type": "content_block_start", "index": 0,
-                                                  "content_block": {"type": "text", "text": ""}})
+            live = _LiveBlocks(reasoning, held=style is not None)   # with tools the answer waits for the end
+            if style is None and reasoning is None:
+                for item in live.open("text"):
+                    yield item
             yield sse("ping", {"type": "ping"})
             async for _, event in events:
-                if live and not isinstance(event, Finished) and event.text:
-                    yield sse("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                                      "delta": {"type": "text_delta", "text": event.text}})
-            blocks, ending = finish(choice.finish)
-            if live:
-                yield sse("content_block_stop", {"type": "content_block_stop", "index": 0})
-            else:
-                for index, block in enumerate(blocks):
-                    for item in _block_events(index, block):
+                if not isinstance(event, Finished) and event.text:
+                    for item in live.push(event.text):
                         yield item
-            yield sse("message_delta", {"type": "message_delta", "delta": ending,
-                                        "usage": {"output_tokens": choice.n_generated}})
+            for item in live.finish():
+                yield item
+            blocks, ending = finish(choice.finish)
+            if style is not None:
+                for block in blocks:
+                    if block["type"] != "thinking":       # streamed already
+                        for item in _block_events(live.next_index(), block):
+                            yield item
+            yield sse("message_delta", {"type": "message_delta", "delta": ending, "usage": final_usage()})
             yield sse("message_stop", {"type": "message_stop"})
 
         handed_over = True
@@ -143,6 +161,66 @@ async def _messages(request: Request) -> Response:
     finally:
         if not handed_over:
             await stack.aclose()
+
+
+class _LiveBlocks:
+    """Content blocks streamed as the text comes: a thinking block (thinking_delta events, closed by an
+    empty signature_delta as llama-server does) while the model reasons, then a text block, unless the
+    answer is `held` (tools offered: it becomes blocks at the end)."""
+
+    def __init__(self, reasoning: Reasoning | None, held: bool) -> None:
+        # (deepseek-legacy's inline reasoning is a chat-stream form: here reasoning is always its own block)
+        self.splitter = replace(reasoning, format="deepseek").splitter() if reasoning is not None else None
+        self.held = held
+        self.index = -1
+        self.kind: str | None = None            # the open block's type, if any
+        self.opened = 0                         # blocks started so far
+
+    def next_index(self) -> int:
+        self.opened += 1
+        return self.opened - 1
+
+    def open(self, kind: str) -> list[str]:
+        out = self.close()
+        self.index, self.kind = self.next_index(), kind
+        start = {"type": "thinking", "thinking": ""} if kind == "thinking" else {"type": "text", "text": ""}
+        out.append(sse("content_block_start", {"type": "content_block_start", "index": self.index,
+                                               "content_block": start}))
+        return out
+
+    def close(self) -> list[str]:
+        if self.kind is None:
+            return []
+        out = []
+        if self.kind == "thinking":
+            out.append(self._delta({"type": "signature_delta", "signature": ""}))
+        out.append(sse("content_block_stop", {"type": "content_block_stop", "index": self.index}))
+        self.kind = None
+        return out
+
+    def push(self, text: str) -> list[str]:
+        return self._parts(self.splitter.push(text) if self.splitter is not None else [("content", text)])
+
+    def finish(self) -> list[str]:
+        out = self._parts(self.splitter.finish()) if self.splitter is not None else []
+        if not self.held and self.opened == 0:     # an empty answer still has its text block
+            out += self.open("text")
+        return out + self.close()
+
+    def _parts(self, parts: list[tuple[str, str]]) -> list[str]:
+        out: list[str] = []
+        for kind, text in parts:
+            block = "thinking" if kind == "reasoning" else "text"
+            if block == "text" and self.held:
+                continue
+            if block != self.kind:
+                out += self.open(block)
+            out.append(self._delta({"type": "thinking_delta", "thinking": text} if block == "thinking"
+                                   else {"type": "text_delta", "text": text}))
+        return out
+
+    def _delta(self, delta: dict[str, Any]) -> str:
+        return sse("content_block_delta", {"type": "content_block_delta", "index": self.index, "delta": delta})
 
 
 def _block_events(index: int, block: dict[str, Any]) -> list[str]:

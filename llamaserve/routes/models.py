@@ -98,4 +98,9 @@ async def prometheus(request: Request) -> Response:
             model = loaded.entries[0].alias
             state.metrics.draft_tokens.labels(model).set(counts[0])
             state.metrics.draft_accepted.labels(model).set(counts[1])
-    return Response(state.metrics.render(), media_type="text/plain; version=0.0.4")
+    llamacpp = state.metrics.llamacpp.render(engines, processing=sum(e.active for e in engines),
+                                             deferred=sum(e.queued for e in engines))
+    response = Response(state.metrics.render() + llamacpp.encode(), media_type="text/plain; version=0.0.4")
+    # llama-server's header, in its spelling (Starlette lowercases the names it is given; some clients compare exactly)
+    response.raw_headers.append((b"Process-Start-Time-Unix", str(state.metrics.llamacpp.started).encode()))
+    return response

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
@@ -12,6 +13,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from llamacore.sampling import SamplingParams
 from llamaserve.choices import Choice
 from llamaserve.engines import AnyEngine
 from llamaserve.errors import AdapterUnavailableError, APIError
@@ -106,6 +108,18 @@ def apply_sampling_defaults(body: BaseModel, entry: ModelEntry) -> None:
         name = next((n for n in names if n in type(body).model_fields), None)
         if name is not None:
             setattr(body, name, value)
+
+
+# what the OpenAI routes use for samplers OpenAI has no field for (llama.cpp's own defaults differ)
+_OPENAI_NEUTRAL = {"top_k": 0, "min_p": 0.0}
+
+
+def sampling_for(entry: ModelEntry, body: BaseModel, **given: Any) -> SamplingParams:
+    """SamplingParams from the request's own fields (`given`), plus the model's `sampling:` defaults
+    for parameters the request's API has no field for (top_k and min_p on the Responses API...)."""
+    names = {f.name for f in dataclasses.fields(SamplingParams)}
+    extra = {k: v for k, v in entry.sampling.items() if k in names and k not in type(body).model_fields}
+    return SamplingParams(**{**_OPENAI_NEUTRAL, **extra, **given})
 
 
 def count_adapter_usage(stack: AsyncExitStack, registry: Registry, acquired: Acquired, n_prompt: int,

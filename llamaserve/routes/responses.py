@@ -4,7 +4,8 @@ The request runs through the chat pipeline (the model's template, tool calls, gr
 engine); llamaserve.responses_api converts the shapes and llamaserve.response_store keeps what
 `previous_response_id` continues. A stream sends OpenAI's typed events, each with its
 `sequence_number`: without tools the text streams as it comes; with tools it is held until the
-answer is parsed, then sent as message and function_call items. Errors use OpenAI's shape.
+answer is parsed, then sent as message and function_call items. A thinking model's reasoning
+streams first as a reasoning item (response.reasoning_text.delta). Errors use OpenAI's shape.
 """
 
 from __future__ import annotations
@@ -13,16 +14,16 @@ import asyncio
 import json
 from collections.abc import AsyncGenerator, Iterator
 from contextlib import AsyncExitStack, contextmanager
+from dataclasses import replace
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from llamacore import tool_calls
-from llamacore.chat import grammar_for, prompt_tokens, tool_setup
+from llamacore.chat import grammar_for, tool_setup
 from llamacore.events import Finished
 from llamacore.responses import assistant_message
-from llamacore.sampling import SamplingParams
 from llamaserve.choices import Choice, run_choices
 from llamaserve.errors import APIError
 from llamaserve.response_store import ResponseStore
@@ -37,8 +38,9 @@ from llamaserve.responses_api import (
     output_items,
     response_format,
 )
-from llamaserve.routes.requests import acquire_engine, check_prompt_fits, count_adapter_usage, parse_body
+from llamaserve.routes.requests import acquire_engine, check_prompt_fits, count_adapter_usage, parse_body, sampling_for
 from llamaserve.sse import sse_response
+from llamaserve.thinking import chat_input
 
 
 class Events:
@@ -73,8 +75,24 @@ class Events:
                      part=part),
                 self("response.output_item.done", output_index=index, item=item)]
 
+    def reasoning_start(self, index: int, item_id: str) -> str:
+        return self("response.output_item.added", output_index=index,
+                    item={"type": "reasoning", "id": item_id, "summary": [], "content": []})
+
+    def reasoning_delta(self, index: int, item_id: str, text: str) -> str:
+        return self("response.reasoning_text.delta", item_id=item_id, output_index=index, content_index=0,
+                    delta=text)
+
+    def reasoning_end(self, index: int, item: dict[str, Any]) -> list[str]:
+        return [self("response.reasoning_text.done", item_id=item["id"], output_index=index, content_index=0,
+                     text=item["content"][0]["text"]),
+                self("response.output_item.done", output_index=index, item=item)]
+
     def whole_item(self, index: int, item: dict[str, Any]) -> list[str]:
         """A finished output item as the events that add it, carry its text or arguments, and end it."""
+        if item["type"] == "reasoning":
+            return [self.reasoning_start(index, item["id"]),
+                    self.reasoning_delta(index, item["id"], item["content"][0]["text"]), *self.reasoning_end(index, item)]
         if item["type"] == "message":
             return [*self.message_start(index, item["id"]),
                     self.text_delta(index, item["id"], item["content"][0]["text"]), *self.message_end(index, item)]
@@ -116,14 +134,16 @@ async def create_response(request: Request) -> Response:
         with _refused_as("tools"):
             rendered_tools, grammar = tool_setup(template, tools, tool_choice)
         with _refused_as("input"):
-            tokens, stops = prompt_tokens(engine.model, template, messages, rendered_tools)
+            prompt = chat_input(engine.model, entry, template, messages, rendered_tools,
+                                reasoning_effort=(body.reasoning or {}).get("effort"))
+            tokens, stops, reasoning = prompt.tokens, prompt.stops, prompt.reasoning
         if grammar is None and text_format is not None:          # (a forced call has no text to format)
             with _refused_as("text.format.schema"):
                 grammar = await asyncio.to_thread(grammar_for, text_format, cache=state.grammars,
                                                   whitespace=entry.json_whitespace or "compact")
         check_prompt_fits(len(tokens), engine.n_ctx_seq, param="input")
-        sampling = SamplingParams(temperature=1.0 if body.temperature is None else body.temperature, top_k=0,
-                                  top_p=1.0 if body.top_p is None else body.top_p, min_p=0.0, grammar=grammar)
+        sampling = sampling_for(entry, body, temperature=1.0 if body.temperature is None else body.temperature,
+                                top_p=1.0 if body.top_p is None else body.top_p, grammar=grammar)
         choice = Choice(index=0, tokens=tokens, sampling=sampling)
         generated = run_choices(engine, [choice], stack, max_tokens=body.max_output_tokens,
                                 adapters=acquired.selection.key, stops=stops, n_logprobs=None, ignore_eos=False,
@@ -135,9 +155,9 @@ async def create_response(request: Request) -> Response:
         def finish() -> dict[str, Any]:
             """The finished response object, stored unless the request said store: false."""
             finished: Finished | None = choice.finish
-            answer, reason = assistant_message(choice.text, finished.reason if finished else None, style)
+            answer, reason = assistant_message(choice.text, finished.reason if finished else None, style, reasoning)
             output = output_items(answer, reason, draft.message_id, always_text=style is None,
-                                  max_calls=draft.max_calls)
+                                  max_calls=draft.max_calls, reasoning_id=draft.reasoning_id)
             final = draft.snapshot(output, len(tokens), choice.n_generated, reason, done=True)
             if body.store is not False:
                 store.put(items, final)
@@ -153,16 +173,47 @@ async def create_response(request: Request) -> Response:
         async def stream() -> AsyncGenerator[str, None]:
             yield write("response.created", response=draft.snapshot([]))
             yield write("response.in_progress", response=draft.snapshot([]))
-            live = style is None               # without tools the text streams as it comes
-            if live:
+            live = style is None               # without tools the text streams as it comes (reasoning always)
+            # (deepseek-legacy's inline reasoning is a chat-stream form: here reasoning is always its own item)
+            splitter = replace(reasoning, format="deepseek").splitter() if reasoning is not None else None
+            started: list[str] = []            # the types of the items streamed so far, in output order
+            if live and splitter is None:
+                started.append("message")
                 for event in write.message_start(0, draft.message_id):
                     yield event
+
+            def parts_events(parts: list[tuple[str, str]]) -> Iterator[str]:
+                for kind, text in parts:
+                    if kind == "reasoning":
+                        if not started:
+                            started.append("reasoning")
+                            yield write.reasoning_start(0, draft.reasoning_id)
+                        yield write.reasoning_delta(0, draft.reasoning_id, text)
+                    elif live:
+                        if "message" not in started:
+                            started.append("message")
+                            yield from write.message_start(len(started) - 1, draft.message_id)
+                        yield write.text_delta(len(started) - 1, draft.message_id, text)
+
             async for _, step in generated:
-                if live and not isinstance(step, Finished) and step.text:
-                    yield write.text_delta(0, draft.message_id, step.text)
+                if not isinstance(step, Finished) and step.text:
+                    for event in (parts_events(splitter.push(step.text)) if splitter is not None
+                                  else parts_events([("content", step.text)])):
+                        yield event
+            for event in parts_events(splitter.finish() if splitter is not None else []):
+                yield event
+            if live and "message" not in started:      # an empty answer still has its message item
+                started.append("message")
+                for event in write.message_start(len(started) - 1, draft.message_id):
+                    yield event
             final = finish()
             for index, item in enumerate(final["output"]):
-                for event in (write.message_end(index, item) if live else write.whole_item(index, item)):
+                if index < len(started):       # streamed: only its end remains
+                    ending = (write.reasoning_end(index, item) if item["type"] == "reasoning"
+                              else write.message_end(index, item))
+                else:
+                    ending = write.whole_item(index, item)
+                for event in ending:
                     yield event
             yield write(f"response.{final['status']}", response=final)     # completed or incomplete
 

@@ -16,6 +16,7 @@ from llamacore.chat import prompt_text
 from llamaserve.errors import APIError
 from llamaserve.routes.requests import acquire, parse_body
 from llamaserve.schemas import ApplyTemplateRequest, DetokenizeRequest, TokenizeRequest
+from llamaserve.thinking import kwargs_for
 
 
 async def tokenize(request: Request) -> Response:
@@ -54,7 +55,10 @@ async def apply_template(request: Request) -> Response:
         entry, loaded = await acquire(stack, request.app.state.registry, body.model)
         messages: list[dict[str, Any]] = [m.model_dump(exclude_none=True) for m in body.messages]
         try:
-            prompt = prompt_text(loaded.model, loaded.chat_template(entry), messages, body.tools)
+            template = loaded.chat_template(entry)
+            kwargs = kwargs_for(entry, template, body.chat_template_kwargs, body.reasoning_effort)
+            prompt = prompt_text(loaded.model, template, messages, body.tools,
+                                 body.add_generation_prompt, template_kwargs=kwargs)
         except ValueError as exc:
             raise APIError(400, str(exc), param="messages") from None
     return JSONResponse({"prompt": prompt})

@@ -45,7 +45,8 @@ def test_with_structured_output(base_url, method, strict):
     out = structured.invoke("Describe a city")
     assert out["parsing_error"] is None
     assert isinstance(out["parsed"], City)
-    assert out["raw"].response_metadata["finish_reason"] == ("stop" if method == "json_schema" else "tool_calls")
+    finish = out["raw"].response_metadata["finish_reason"]
+    assert finish == ("stop" if method == "json_schema" else "tool_calls")
 
 
 @tool

@@ -1,0 +1,50 @@
+"""A chat request's prompt on a model, with llama-server's thinking settings (llamacore.reasoning).
+
+The model entry gives `reasoning` (on/off/auto), `reasoning_format` and `chat_template_kwargs`;
+a request may set its own reasoning_format, chat_template_kwargs (merged over the model's) and
+reasoning_effort. Every chat-shaped route (chat completions, Anthropic messages, responses,
+apply-template, token counts) renders through here, so they agree on the prompt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from llamacore._core import Model
+from llamacore.chat import chat_prompt
+from llamacore.reasoning import Reasoning, template_kwargs
+from llamaserve.settings import ModelEntry
+
+
+@dataclass(frozen=True)
+class ChatInput:
+    """A rendered chat prompt: its text and tokens, the template's stop strings, and how the answer's
+    reasoning is split off (None: it is not)."""
+
+    text: str
+    tokens: list[int]
+    stops: list[str]
+    reasoning: Reasoning | None
+
+
+def chat_input(model: Model, entry: ModelEntry, template: str, messages: list[dict[str, Any]],
+               tools: list | None, *, reasoning_format: str | None = None,
+               chat_template_kwargs: Mapping[str, Any] | None = None,
+               reasoning_effort: str | None = None) -> ChatInput:
+    """The prompt for `messages` (ValueError for a bad template variable or a template that fails)."""
+    kwargs = kwargs_for(entry, template, chat_template_kwargs, reasoning_effort)
+    text, tokens, stops = chat_prompt(model, template, messages, tools, template_kwargs=kwargs)
+    reasoning = Reasoning.for_prompt(template, text, reasoning_format or entry.reasoning_format)
+    return ChatInput(text, tokens, stops, reasoning)
+
+
+def kwargs_for(entry: ModelEntry, template: str, chat_template_kwargs: Mapping[str, Any] | None = None,
+               reasoning_effort: str | None = None) -> dict[str, Any]:
+    """The extra template variables of a request on `entry` (enable_thinking resolved)."""
+    return template_kwargs(template, reasoning=entry.reasoning, defaults=entry.chat_template_kwargs,
+                           request=chat_template_kwargs, reasoning_effort=reasoning_effort)
+
+
+__all__ = ["ChatInput", "chat_input", "kwargs_for"]
