@@ -7,7 +7,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from llamacore import tool_calls
-from llamacore.chat_format import render_chat, resolve_template
+from llamacore.chat_format import message_text, render_chat, resolve_template
 from llamacore.events import TextEvent
 from llamacore.grammar_cache import GrammarCache, default_cache
 from llamacore.reasoning import Reasoning, check_format
@@ -26,7 +26,8 @@ if TYPE_CHECKING:
     from llamacore.llama import Llama
 
 # End-of-turn markers that a template may write as plain text; generation stops on them.
-TURN_END_MARKERS = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>", "<|endoftext|>", "</s>")
+TURN_END_MARKERS = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>", "<|endoftext|>", "</s>",
+                    "<|END_OF_TURN_TOKEN|>")
 
 
 def resolve(model: Model, chat_format: str | None, chat_template: str | None) -> str:
@@ -67,14 +68,32 @@ def _special_text(model: Model, token: int) -> str:
 
 
 def prompt_text(model: Model, template: str, messages: list[dict[str, Any]], tools: list | None,
-                add_generation_prompt: bool = True, *, template_kwargs: Mapping[str, Any] | None = None) -> str:
+                add_generation_prompt: bool = True, *, template_kwargs: Mapping[str, Any] | None = None,
+                continue_final_message: bool = False) -> str:
     """The prompt `template` renders for `messages`, ending with the assistant's turn opened (unless
-    `add_generation_prompt` is false); `template_kwargs` are extra template variables (enable_thinking, ...)."""
+    `add_generation_prompt` is false); `template_kwargs` are extra template variables (enable_thinking, ...).
+
+    With `continue_final_message` the last message (the assistant's) is not closed: the prompt is the
+    conversation before it with the assistant's turn opened, then its text, which the model continues
+    (a "prefill", as llama-server, Ollama and Anthropic's API do it).
+    """
     if not messages:
         raise ValueError("messages must contain at least one message")
     bos, eos = _special_text(model, model.token_bos), _special_text(model, model.token_eos)
+    if continue_final_message:
+        if not continues(messages):
+            raise ValueError("continue_final_message needs a last message from the assistant with text")
+        prefix = render_chat(template, messages[:-1], bos_token=bos, eos_token=eos, add_generation_prompt=True,
+                             tools=tools, **dict(template_kwargs or {}))
+        return prefix + message_text(messages[-1])
     return render_chat(template, messages, bos_token=bos, eos_token=eos, add_generation_prompt=add_generation_prompt,
                        tools=tools, **dict(template_kwargs or {}))
+
+
+def continues(messages: list[dict[str, Any]]) -> bool:
+    """Whether the conversation ends with an assistant message that can be continued (text, no tool calls)."""
+    last = messages[-1] if messages else {}
+    return last.get("role") == "assistant" and not last.get("tool_calls") and bool(message_text(last))
 
 
 def prompt_tokens(model: Model, template: str, messages: list[dict[str, Any]], tools: list | None, *,
@@ -85,9 +104,11 @@ def prompt_tokens(model: Model, template: str, messages: list[dict[str, Any]], t
 
 
 def chat_prompt(model: Model, template: str, messages: list[dict[str, Any]], tools: list | None, *,
-                template_kwargs: Mapping[str, Any] | None = None) -> tuple[str, list[int], list[str]]:
+                template_kwargs: Mapping[str, Any] | None = None, add_generation_prompt: bool = True,
+                continue_final_message: bool = False) -> tuple[str, list[int], list[str]]:
     """The rendered prompt, its tokens and the stop strings the template implies."""
-    text = prompt_text(model, template, messages, tools, template_kwargs=template_kwargs)
+    text = prompt_text(model, template, messages, tools, add_generation_prompt, template_kwargs=template_kwargs,
+                       continue_final_message=continue_final_message)
     tokens = model.tokenize(text, add_special=False, parse_special=True)
     if model.add_bos and (not tokens or tokens[0] != model.token_bos):
         tokens.insert(0, model.token_bos)

@@ -109,6 +109,11 @@ def _flatten_content(message: Mapping[str, Any]) -> dict[str, Any]:
     return {**message, "content": "\n".join(texts)}
 
 
+def message_text(message: Mapping[str, Any]) -> str:
+    """A message's content as the text a template sees (text parts joined with newlines)."""
+    return _flatten_content(message)["content"]
+
+
 def render_chat(
     template: str,
     messages: list[dict],
@@ -261,6 +266,14 @@ _ALPACA = _with_system(
     ),
 )
 
+_COMMAND_R = (      # Cohere Command-R / R+ (no tool role: tool results are user turns)
+    "{%- for message in messages -%}"
+    "{%- set token = {'system': '<|SYSTEM_TOKEN|>', 'assistant': '<|CHATBOT_TOKEN|>'}.get(message.role, "
+    "'<|USER_TOKEN|>') -%}"
+    "{{- '<|START_OF_TURN_TOKEN|>' + token + (message.content or '') | trim + '<|END_OF_TURN_TOKEN|>' -}}"
+    "{%- endfor -%}" + _GEN_PROMPT.replace("PROMPT", "'<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>'")
+)
+
 TEMPLATES: Mapping[str, str] = MappingProxyType({
     "chatml": _CHATML,
     "llama-2": _LLAMA_2,
@@ -271,6 +284,7 @@ TEMPLATES: Mapping[str, str] = MappingProxyType({
     "zephyr": _ZEPHYR,
     "vicuna": _VICUNA,
     "alpaca": _ALPACA,
+    "command-r": _COMMAND_R,
 })
 
 

@@ -38,6 +38,15 @@ class Started:
 
 
 @dataclass(frozen=True)
+class Progress:
+    """A batch of the prompt was decoded: `n_processed` of its tokens are in the KV cache now (those
+    found there at the start included). Only for requests that ask for it (llama-server's return_progress)."""
+
+    n_processed: int
+    at: float = 0.0         # time.monotonic() after the batch
+
+
+@dataclass(frozen=True)
 class Token:
     """One sampled token id (and its log-probabilities when they were asked for)."""
 
@@ -65,7 +74,7 @@ class Failed:
     error: BaseException
 
 
-EngineEvent = Union[Started, Token, Finished, Failed]
+EngineEvent = Union[Started, Progress, Token, Finished, Failed]
 TextEvent = Union[Text, Finished]
 
-__all__ = ["EngineEvent", "Failed", "FinishReason", "Finished", "Started", "Text", "TextEvent", "Token"]
+__all__ = ["EngineEvent", "Failed", "FinishReason", "Finished", "Progress", "Started", "Text", "TextEvent", "Token"]

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack, contextmanager
 from dataclasses import dataclass
+from typing import Union, cast
 
-from llamacore.events import TextEvent
+from llamacore.events import Finished, Progress, Text, TextEvent
 from llamacore.prefix import AdapterKey
 from llamacore.responses import ChoiceOutput
 from llamacore.sampling import SamplingParams
@@ -15,6 +16,8 @@ from llamaserve.engines import AnyEngine
 from llamaserve.errors import APIError, api_error_for
 from llamaserve.generation import Generation, Timings, generate
 from llamaserve.metrics import Metrics
+
+ChoiceEvent = Union[Text, Finished, Progress]
 
 
 @dataclass(kw_only=True)
@@ -36,7 +39,33 @@ def run_choices(engine: AnyEngine, choices: list[Choice], stack: AsyncExitStack,
                 metrics: Metrics, model_name: str) -> AsyncIterator[tuple[Choice, TextEvent]]:
     """Every Text/Finished event of every choice as produced (choices decode together in the engine).
 
-    Each event is also recorded in its Choice. Sampling parameters are checked and the choices
+    Sampling parameters are checked and the choices submitted now (APIError 400/503), before a
+    streamed response has started. Closing ``stack`` cancels whatever is still running: a client that
+    leaves before the response body starts never runs the iterator's own cleanup.
+    """
+    gens = _submit(engine, choices, stack, max_tokens=max_tokens, adapters=adapters, stops=stops,
+                   n_logprobs=n_logprobs, ignore_eos=ignore_eos, metrics=metrics, model_name=model_name,
+                   progress=False)
+    return cast(AsyncIterator[tuple[Choice, TextEvent]], _run(gens, choices))
+
+
+def run_choices_reporting(engine: AnyEngine, choices: list[Choice], stack: AsyncExitStack, *,
+                          max_tokens: int | None, adapters: AdapterKey, stops: list[str], n_logprobs: int | None,
+                          ignore_eos: bool, metrics: Metrics, model_name: str,
+                          progress: bool) -> AsyncIterator[tuple[Choice, ChoiceEvent]]:
+    """As run_choices; with `progress`, a Progress event when a prompt starts and after each of its
+    decoded batches (llama-server's return_progress)."""
+    gens = _submit(engine, choices, stack, max_tokens=max_tokens, adapters=adapters, stops=stops,
+                   n_logprobs=n_logprobs, ignore_eos=ignore_eos, metrics=metrics, model_name=model_name,
+                   progress=progress)
+    return _run(gens, choices)
+
+
+def _submit(engine: AnyEngine, choices: list[Choice], stack: AsyncExitStack, *, max_tokens: int | None,
+            adapters: AdapterKey, stops: list[str], n_logprobs: int | None, ignore_eos: bool,
+            metrics: Metrics, model_name: str, progress: bool) -> list[Generation]:
+    """Submit the choices (they decode together in the engine); their events are recorded in each
+    Choice as `_run` yields them. Sampling parameters are checked and the choices
     submitted now (APIError 400/503), before a streamed response has started. Closing ``stack``
     cancels whatever is still running: a client that leaves before the response body starts never
     runs the iterator's own cleanup.
@@ -60,9 +89,9 @@ def run_choices(engine: AnyEngine, choices: list[Choice], stack: AsyncExitStack,
         for c in choices:
             gens.append(generate(engine, c.tokens, c.sampling, max_tokens=max_tokens, adapters=adapters,
                                  stops=stops, n_logprobs=n_logprobs, ignore_eos=ignore_eos, metrics=metrics,
-                                 model_name=model_name))
+                                 model_name=model_name, progress=progress))
             c.timings = gens[-1].timings
-    return _run(gens, choices)
+    return gens
 
 
 def _cancel(gens: list[Generation]) -> None:
@@ -78,8 +107,9 @@ def _as_api_errors() -> Iterator[None]:
         raise api_error_for(exc) from None
 
 
-async def _run(gens: list[Generation], choices: list[Choice]) -> AsyncIterator[tuple[Choice, TextEvent]]:
+async def _run(gens: list[Generation], choices: list[Choice]) -> AsyncIterator[tuple[Choice, ChoiceEvent]]:
     with _as_api_errors():
         async for i, event in merge(gens):
-            choices[i].add(event)
+            if not isinstance(event, Progress):
+                choices[i].add(event)
             yield choices[i], event

@@ -262,7 +262,8 @@ def _entry(label: str, raw: dict, base_dir: Path, problems: Problems) -> tuple[s
     entry = ModelEntry(
         alias=alias, aliases=aliases, model=model, lora_adapters=adapters, adapters=declared,
         load=MappingProxyType({k: raw[k] for k in LOAD_KEYS if k in raw}),
-        chat_format=raw.get("chat_format"), chat_template=raw.get("chat_template"),
+        chat_format=raw.get("chat_format") or _named_template(label, raw.get("chat_template"), problems),
+        chat_template=None if raw.get("chat_template") in LLAMA_CPP_TEMPLATE_NAMES else raw.get("chat_template"),
         chat_template_kwargs=MappingProxyType(dict(raw.get("chat_template_kwargs") or {})),
         reasoning=raw.get("reasoning") or "auto", reasoning_format=raw.get("reasoning_format") or "auto",
         idle_unload=raw.get("idle_unload"), parallel=raw.get("parallel"), max_queue=raw.get("max_queue"),
@@ -297,6 +298,30 @@ def _check_names(entries: list[tuple[str, ModelEntry]], default_model: str | Non
             owner.setdefault(name, label)
     if default_model is not None and default_model not in owner:
         problems.add("default_model", f"no model named {default_model!r}{suggest(default_model, owner)}")
+
+
+# llama.cpp's built-in chat template names (llama-server's --chat-template NAME) -> our chat_format of
+# the same layout, or None where this server has no such built-in
+LLAMA_CPP_TEMPLATE_NAMES: dict[str, str | None] = {
+    "chatml": "chatml", "llama2": "llama-2", "llama3": "llama-3", "phi3": "phi-3", "zephyr": "zephyr",
+    "gemma": "gemma", "vicuna": "vicuna", "command-r": "command-r", **{name: None for name in (
+        "llama2-sys", "llama2-sys-bos", "llama2-sys-strip", "mistral-v1", "mistral-v3", "mistral-v3-tekken",
+        "mistral-v7", "mistral-v7-tekken", "phi4", "falcon3", "monarch", "orion", "openchat", "vicuna-orca",
+        "deepseek", "deepseek2", "deepseek3", "chatglm3", "chatglm4", "glmedge", "minicpm",
+        "exaone3", "exaone4", "rwkv-world", "granite", "gigachat", "megrez", "yandex")}}
+
+
+def _named_template(label: str, template: Any, problems: Problems) -> str | None:
+    """A chat_template that is one of llama.cpp's template names means that built-in layout (rendering
+    the name as a Jinja template would send the name itself as every prompt)."""
+    if template not in LLAMA_CPP_TEMPLATE_NAMES:
+        return None
+    ours = LLAMA_CPP_TEMPLATE_NAMES[template]
+    if ours is None:
+        problems.add(f"{label}.chat_template", f"{template!r} is a llama.cpp built-in template name this server "
+                                               f"does not have; give the Jinja template itself, or a chat_format "
+                                               f"({', '.join(sorted(TEMPLATES))})")
+    return ours
 
 
 def _check_chat_formats(entries: list[tuple[str, ModelEntry]], problems: Problems) -> None:

@@ -302,6 +302,7 @@ ROOT_KEYS: dict[str, Check] = {
     "log_level": _choice(LOG_LEVELS), "cors": _cors, "max_body_bytes": _via(parse_size, positive=True),
     "shutdown_grace": _float(), "drain_delay": _via(parse_duration), "ready_requires_model": _bool,
     "web_ui": _bool, "unknown_model": _choice(UNKNOWN_MODEL_POLICIES), "metrics": _bool,
+    "verbose_responses": _bool,
     "grammar_cache_size": _via(parse_size), "grammar_max_size": _via(parse_size, positive=True),
     "grammar_max_depth": _int(1), "grammar_timeout": _via(parse_duration, positive=True),
     "responses_store_size": _int(0),

@@ -30,7 +30,7 @@ from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from llamacore import Batch, Context, LoraAdapter, Model, Sampler
-from llamacore.events import Failed, Finished, Started
+from llamacore.events import Failed, Finished, Progress, Started
 from llamacore.logprobs import TokenLogprob
 from llamacore.prefix import AdapterKey
 from llamaserve.errors import EngineClosedError, QueueFullError
@@ -279,7 +279,10 @@ class Engine:
                 self._seq_adapters[a.slot.seq] = a.req.adapters
             if a.source is not None:         # the prompt's prefix is in another sequence: share its cells
                 self.ctx.kv_copy(a.source.seq, a.slot.seq, 0, a.shared)
-            self._emit([(a.req, Started(len(a.slot.cached), time.monotonic()))])
+            now = time.monotonic()
+            self._emit([(a.req, Started(len(a.slot.cached), now))])
+            if a.req.progress:          # the first report: what the cache held, before any decode
+                self._emit([(a.req, Progress(len(a.slot.cached), now))])
 
     def _fail_running(self, exc: Exception) -> None:
         """An unexpected error ends the running requests, not the worker: a dead worker hangs them all."""
@@ -310,6 +313,10 @@ class Engine:
             return
         self.n_decode += 1
         self.n_busy += len(plan.rows)
+        now = time.monotonic()
+        self._emit([(row.slot.req, Progress(row.pos + len(row.tokens), now)) for row in plan.rows
+                    if row.slot.req is not None and row.slot.req.progress and row.slot.generated == 0
+                    and not row.n_draft])
         sampled: list[Sampled | list[Sampled] | BaseException] = []
         for row, index in zip(plan.sample, out_index):
             req = row.slot.req

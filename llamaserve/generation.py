@@ -12,8 +12,9 @@ import threading
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
-from llamacore.events import EngineEvent, Failed, Finished, FinishReason, Started, Text, TextEvent, Token
+from llamacore.events import EngineEvent, Failed, Finished, FinishReason, Progress, Started, Text, TextEvent, Token
 from llamacore.prefix import AdapterKey
 from llamacore.sampling import SamplingParams
 from llamacore.text_stream import TextStream
@@ -24,7 +25,7 @@ from llamaserve.scheduler import GenRequest
 
 def generate(engine: AnyEngine, tokens: list[int], sampling: SamplingParams, *, max_tokens: int | None,
              adapters: AdapterKey, stops: list[str], n_logprobs: int | None, ignore_eos: bool,
-             metrics: Metrics, model_name: str) -> Generation:
+             metrics: Metrics, model_name: str, progress: bool = False) -> Generation:
     """Submit the request to the engine now, and return its Text events as text becomes safe to send, then one Finished.
 
     Submitting before the first iteration lets a full queue (QueueFullError) or a bad request
@@ -45,7 +46,8 @@ def generate(engine: AnyEngine, tokens: list[int], sampling: SamplingParams, *, 
 
     room = engine.n_ctx_seq - len(tokens)
     limit = room if max_tokens is None or max_tokens <= 0 else min(max_tokens, room)
-    req = GenRequest(tokens, sampling, limit, adapters, emit, n_logprobs=n_logprobs, ignore_eos=ignore_eos)
+    req = GenRequest(tokens, sampling, limit, adapters, emit, n_logprobs=n_logprobs, ignore_eos=ignore_eos,
+                     progress=progress)
     timings = Timings(time.monotonic(), n_prompt=len(tokens))
     engine.submit(req)
     return Generation(req, _texts(engine, req, events, timings, stops, metrics, model_name), timings)
@@ -64,6 +66,19 @@ class Timings:
     n_cached: int = 0                   # prompt tokens already in the KV cache
     n_generated: int = 0
 
+    def progress(self, event: Progress) -> dict[str, Any]:
+        """llama-server's prompt_progress for a Progress event, and its timings so far."""
+        start = self.started if self.started is not None else self.submitted
+        ms = max(event.at - start, 0.0) * 1e3 if event.at else 0.0
+        prompt_n = max(event.n_processed - self.n_cached, 0)
+        return {"prompt_progress": {"total": self.n_prompt, "cache": self.n_cached, "processed": event.n_processed,
+                                    "time_ms": ms},
+                "timings": {"cache_n": self.n_cached, "prompt_n": prompt_n, "prompt_ms": ms,
+                            "prompt_per_token_ms": ms / prompt_n if prompt_n else 0.0,
+                            "prompt_per_second": 1e3 * prompt_n / ms if ms > 0 else 0.0,
+                            "predicted_n": 0, "predicted_ms": 0.0, "predicted_per_token_ms": 0.0,
+                            "predicted_per_second": 0.0}}
+
     def llama_cpp(self) -> dict[str, float]:
         """llama-server's `timings` object; the generation rate leaves out the first token, which costs
         no decode step of its own (it comes from the prompt's last batch)."""
@@ -71,7 +86,7 @@ class Timings:
         first = self.first_token if self.first_token is not None else (self.ended or start)
         prompt_n = self.n_prompt - self.n_cached
         prompt_ms = max(first - start, 0.0) * 1e3
-        predicted_ms = max((self.ended or first) - first, 0.0) * 1e3
+        predicted_ms = max((self.ended or time.monotonic()) - first, 0.0) * 1e3 if self.first_token else 0.0
         steps = max(self.n_generated - 1, 0)
         return {"cache_n": self.n_cached, "prompt_n": prompt_n, "prompt_ms": prompt_ms,
                 "prompt_per_token_ms": prompt_ms / prompt_n if prompt_n else 0.0,
@@ -84,10 +99,10 @@ class Timings:
 class Generation:
     """A submitted generation: an async iterator of its Text events and Finished, and its timings."""
 
-    def __init__(self, req: GenRequest, events: AsyncGenerator[TextEvent, None], timings: Timings) -> None:
+    def __init__(self, req: GenRequest, events: AsyncGenerator[TextEvent | Progress, None], timings: Timings) -> None:
         self.req, self.events, self.timings = req, events, timings
 
-    def __aiter__(self) -> AsyncIterator[TextEvent]:
+    def __aiter__(self) -> AsyncIterator[TextEvent | Progress]:
         return self.events
 
     async def aclose(self) -> None:
@@ -98,13 +113,15 @@ class Generation:
 
 
 async def _texts(engine: AnyEngine, req: GenRequest, events: asyncio.Queue[EngineEvent], timings: Timings,
-                 stops: list[str], metrics: Metrics, model_name: str) -> AsyncGenerator[TextEvent, None]:
+                 stops: list[str], metrics: Metrics, model_name: str) -> AsyncGenerator[TextEvent | Progress, None]:
     stream = TextStream(stops)
     first, count, finished = None, 0, False
     try:
         while True:
             event = await events.get()
-            if isinstance(event, Started):
+            if isinstance(event, Progress):
+                yield event
+            elif isinstance(event, Started):
                 # the engine's clock: a worker process is admitted and samples in one step, whose events
                 # arrive here together (time.monotonic is one clock for every process of the machine)
                 timings.started, timings.n_cached = event.at or time.monotonic(), event.n_cached

@@ -33,6 +33,8 @@ class NativeCompletionRequest(SamplingFields):
     n_probs: int = Field(0, ge=0, le=20)
     stop: list[str] | None = None
     return_tokens: bool = False
+    return_progress: bool = False       # streamed: prompt_progress when the prompt starts and after each batch
+    timings_per_token: bool = False     # streamed: timings on every chunk
     response_fields: list[str] | None = None
     json_schema: dict[str, Any] | None = None
     cache_prompt: bool = True           # the KV cache is reused exactly, so the answer is the same either way

@@ -33,6 +33,8 @@ class ResponsesRequest(AdapterFields):
     implement are refused (`check_supported`), not ignored; unknown fields are ignored as on the
     other OpenAI routes, and `lora_adapters` / `lora` work as there."""
 
+    return_progress: bool = False       # llama-server's: streamed prompt_progress (response.in_progress events)
+    timings_per_token: bool = False     # llama-server's: llama.cpp timings on each output_text.delta
     model: str | None = None
     input: str | list[dict[str, Any]]
     instructions: str | None = None

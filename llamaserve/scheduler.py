@@ -59,6 +59,7 @@ class GenRequest:
     emit: Callable[[EngineEvent], None]
     n_logprobs: int | None = None
     ignore_eos: bool = False
+    progress: bool = False          # report each decoded batch of the prompt (Progress events)
     cancelled: bool = False
     on_cancel: Callable[[], None] | None = None      # tells a worker process (llamaserve.worker_engine)
 

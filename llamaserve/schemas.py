@@ -133,6 +133,11 @@ class ChatRequest(SamplingFields, ThinkingFields):
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
     timings_per_token: bool = False     # llama-server's field: llama.cpp `timings` on every streamed chunk
+    add_generation_prompt: bool | None = None       # vLLM's pair; unset, a final assistant message is continued
+    continue_final_message: bool | None = None
+    return_progress: bool = False       # llama-server's field: streamed prompt_progress while the prompt decodes
+    verbose: bool = False               # llama-server's field: the answer carries `__verbose` (the rendered prompt)
+    json_schema: dict[str, Any] | None = None       # llama-server's field: as response_format json_schema
 
 
 # one embedding input: a string, token ids mixed with strings, {"prompt_string": ...} or

@@ -83,6 +83,7 @@ class ServerConfig:
     drain_delay: float = 0.0                # after SIGTERM: seconds /ready answers 503 while serving on
     ready_requires_model: bool = False      # /ready only once the default model is loaded (loaded at start)
     unknown_model: str | None = None        # "error" | "default"; None: "default" when one model is configured
+    verbose_responses: bool = False         # chat answers carry llama-server's `__verbose` (the prompt as tokenized)
     metrics: bool = True                    # GET /metrics (off: 501, as llama-server without --metrics)
     web_ui: bool = True                     # the chat page at / (llamaserve/static/chat.html)
     grammar_cache_size: int = 32 * 1024 * 1024    # bytes of compiled response_format grammars kept

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llamacore._core import Model
-from llamacore.chat import chat_prompt
+from llamacore.chat import chat_prompt, continues
 from llamacore.reasoning import Reasoning, template_kwargs
 from llamaserve.settings import ModelEntry
 
@@ -32,12 +32,31 @@ class ChatInput:
 def chat_input(model: Model, entry: ModelEntry, template: str, messages: list[dict[str, Any]],
                tools: list | None, *, reasoning_format: str | None = None,
                chat_template_kwargs: Mapping[str, Any] | None = None,
-               reasoning_effort: str | None = None) -> ChatInput:
-    """The prompt for `messages` (ValueError for a bad template variable or a template that fails)."""
+               reasoning_effort: str | None = None, add_generation_prompt: bool | None = None,
+               continue_final_message: bool | None = None) -> ChatInput:
+    """The prompt for `messages` (ValueError for a bad template variable or a template that fails, or
+    for contradicting add_generation_prompt / continue_final_message)."""
     kwargs = kwargs_for(entry, template, chat_template_kwargs, reasoning_effort)
-    text, tokens, stops = chat_prompt(model, template, messages, tools, template_kwargs=kwargs)
+    add, cont = continuation(messages, add_generation_prompt, continue_final_message)
+    text, tokens, stops = chat_prompt(model, template, messages, tools, template_kwargs=kwargs,
+                                      add_generation_prompt=add, continue_final_message=cont)
     reasoning = Reasoning.for_prompt(template, text, reasoning_format or entry.reasoning_format)
     return ChatInput(text, tokens, stops, reasoning)
+
+
+def continuation(messages: list[dict[str, Any]], add_generation_prompt: bool | None,
+                 continue_final_message: bool | None) -> tuple[bool, bool]:
+    """(add_generation_prompt, continue_final_message) for a request. Unset, a conversation that ends with
+    the assistant's text is continued (llama-server's and Ollama's prefill); vLLM's explicit pair works too."""
+    if add_generation_prompt and continue_final_message:
+        raise ValueError("add_generation_prompt and continue_final_message cannot both be true")
+    if continue_final_message is None:
+        continue_final_message = add_generation_prompt is not False and continues(messages)
+    if continue_final_message and len(messages) > 1 and messages[-2].get("role") == "assistant":
+        raise ValueError("the conversation ends with two assistant messages: which one to continue is unclear "
+                         "(as llama-server, this is refused)")
+    return (not continue_final_message if add_generation_prompt is None else add_generation_prompt,
+            continue_final_message)
 
 
 def kwargs_for(entry: ModelEntry, template: str, chat_template_kwargs: Mapping[str, Any] | None = None,

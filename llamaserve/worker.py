@@ -66,9 +66,9 @@ class EngineHost:
     def submit(self, items: list[list]) -> None:
         """Requests that arrived in one frame, queued together (they enter the same step)."""
         reqs = []
-        for rid, tokens, sampling, max_tokens, adapters, n_logprobs, ignore_eos in items:
+        for rid, tokens, sampling, max_tokens, adapters, n_logprobs, ignore_eos, progress in items:
             req = GenRequest(tokens, decode_sampling(sampling), max_tokens, tuple((p, s) for p, s in adapters),
-                             self._emitter(rid), n_logprobs=n_logprobs, ignore_eos=ignore_eos)
+                             self._emitter(rid), n_logprobs=n_logprobs, ignore_eos=ignore_eos, progress=progress)
             self.requests[rid] = req
             reqs.append(req)
         refused = [(req, e) for req, e in zip(reqs, self.engine.submit_all(reqs)) if e is not None]

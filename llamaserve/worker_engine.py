@@ -73,7 +73,7 @@ class WorkerEngine(WorkerProcess):
             raise ValueError(f"prompt has {len(req.tokens)} tokens; the context holds {self.n_ctx_seq}")
         rid = next(self._ids)
         item = self.wire.encode_item([rid, req.tokens, encode_sampling(req.sampling), req.max_tokens,
-                                      [list(a) for a in req.adapters], req.n_logprobs, req.ignore_eos])
+                                      [list(a) for a in req.adapters], req.n_logprobs, req.ignore_eos, req.progress])
         if not self.alive or self._closing:
             raise self._gone_error()
         if len(self._requests) >= self.capacity:

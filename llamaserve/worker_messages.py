@@ -2,7 +2,7 @@
 
 Server -> worker:
     ("load", spec)                     first frame: what to load (WorkerSpec.as_message)
-    ("submit", rid, tokens, sampling, max_tokens, adapters, n_logprobs, ignore_eos)
+    ("submit", [[rid, tokens, sampling, max_tokens, adapters, n_logprobs, ignore_eos, progress], ...])
     ("cancel", rid)
     ("call", cid, name, args)          add_adapter / remove_adapter / create_embedding
     ("close",)
@@ -11,7 +11,7 @@ Worker -> server:
     ("step", active, queued, drafted, accepted, events, [decodes, busy, verified])   one frame per engine step
     ("reply", cid, ok, result_or_error)
 
-An event is (rid, STARTED, n_cached, at), (rid, TOKEN, id, logprob), (rid, FINISHED, reason,
+An event is (rid, STARTED, n_cached, at), (rid, PROGRESS, n_processed, at), (rid, TOKEN, id, logprob), (rid, FINISHED, reason,
 n_generated) or (rid, FAILED, error); an error is (type name, message) and comes back as the same exception
 type when the server knows it, else as RuntimeError.
 """
@@ -21,13 +21,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from llamacore.events import EngineEvent, Failed, Finished, FinishReason, Started, Token
+from llamacore.events import EngineEvent, Failed, Finished, FinishReason, Progress, Started, Token
 from llamacore.logprobs import TokenLogprob
 from llamacore.rpc import RPCUnavailableError
 from llamacore.sampling import SamplingParams
 from llamaserve.errors import EngineClosedError, QueueFullError
 
-TOKEN, FINISHED, FAILED, STARTED = 0, 1, 2, 3
+TOKEN, FINISHED, FAILED, STARTED, PROGRESS = 0, 1, 2, 3, 4
 
 # exception types that keep their type across the process line (the server maps them to statuses)
 _ERRORS: dict[str, type[BaseException]] = {
@@ -54,6 +54,8 @@ def encode_event(rid: int, event: EngineEvent) -> tuple:
         return rid, FINISHED, event.reason.value, event.n_generated
     if isinstance(event, Started):
         return rid, STARTED, event.n_cached, event.at
+    if isinstance(event, Progress):
+        return rid, PROGRESS, event.n_processed, event.at
     return rid, FAILED, encode_error(event.error), None
 
 
@@ -66,6 +68,8 @@ def decode_event(item: Any) -> tuple[int, EngineEvent]:
         return rid, Finished(FinishReason(a), b)
     if kind == STARTED:
         return rid, Started(a, b)
+    if kind == PROGRESS:
+        return rid, Progress(a, b)
     return rid, Failed(decode_error(a))
 
 

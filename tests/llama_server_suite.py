@@ -35,7 +35,6 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_MODELS = REPO_ROOT.parent / "shared/models"
 STORIES = SHARED_MODELS / "stories260K.gguf"
 MINILM = SHARED_MODELS / "all-MiniLM-L6-v2-f16.gguf"
-SKIP_KEYS = set(os.environ.get("LLAMA_SUITE_DROP", "").split(","))   # temporary
 TARGET = os.environ.get("LLAMA_SUITE_TARGET", "llamaserve")
 
 # (hf repo, hf file) -> the local file standing in for it
@@ -48,7 +47,8 @@ MODELS: dict[tuple[str | None, str | None], Path] = {
 # ServerProcess attributes with nothing to say when they have these values (their defaults, or
 # settings that only concern llama-server's own machinery)
 _NEUTRAL: dict[str, tuple[Any, ...]] = {
-    "debug": (True, False), "offline": (True, False), "server_continuous_batching": (True, False, None),
+    "debug": (True, False),     # llama-server --verbose: also maps to verbose_responses below
+"offline": (True, False), "server_continuous_batching": (True, False, None),
     "server_slots": (False, None), "no_ui": (True, False, None), "jinja": (True, False, None),
     "kv_unified": (True, False, None), "swa_full": (False, None), "n_prompts": (0, None),
     "no_cache_idle_slots": (False,), "backend_sampling": (False,), "gcp_compat": (False,),
@@ -101,11 +101,11 @@ def llamaserve_config(server: Any) -> dict[str, Any]:
     if server.lora_files:
         load["adapters"] = [str(p) for p in server.lora_files]
     entry.update({k: v for k, v in load.items() if v is not None})
-    entry = {k: v for k, v in entry.items() if k not in SKIP_KEYS}
     config: dict[str, Any] = {"host": server.server_host, "port": server.server_port, "models": [entry],
                               "unknown_model": "default", "metrics": bool(server.server_metrics),
                               "log_level": "info"}
-    config = {k: v for k, v in config.items() if k not in SKIP_KEYS}
+    if server.debug:
+        config["verbose_responses"] = True      # the `__verbose` object --verbose adds to answers
     if server.api_key:
         config["api_key"] = server.api_key
     if server.cors_origins:

@@ -277,6 +277,13 @@ FALLBACK_EXPECTED = {
         "You are helpful.\n\n### Instruction:\nHi\n\n### Response:\nHello!\n\n"
         "### Instruction:\nHow are you?\n\n### Response:\n"
     ),
+    "command-r": (      # llama.cpp's LLM_CHAT_TEMPLATE_COMMAND_R layout (src/llama-chat.cpp)
+        "<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>You are helpful.<|END_OF_TURN_TOKEN|>"
+        "<|START_OF_TURN_TOKEN|><|USER_TOKEN|>Hi<|END_OF_TURN_TOKEN|>"
+        "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>Hello!<|END_OF_TURN_TOKEN|>"
+        "<|START_OF_TURN_TOKEN|><|USER_TOKEN|>How are you?<|END_OF_TURN_TOKEN|>"
+        "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>"
+    ),
 }
 
 

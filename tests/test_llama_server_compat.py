@@ -148,3 +148,71 @@ def test_timings_per_token_and_on_the_usage_chunk(srv):
     assert first["choices"][0]["delta"] == {"role": "assistant", "content": None} and "timings" not in first
     assert all("timings" in c for c in rest)
     assert rest[-1]["choices"] == [] and rest[-1]["timings"]["predicted_n"] == 4
+
+
+def chat(srv, messages, **extra) -> dict:
+    return post(srv, "/v1/chat/completions", {"messages": messages, "max_tokens": 3, "verbose": True, **extra})
+
+
+def test_a_final_assistant_message_is_continued(srv):
+    turns = [{"role": "user", "content": "Tell me a story"}, {"role": "assistant", "content": "Once upon"}]
+    prefill = chat(srv, turns)["__verbose"]["prompt"]
+    assert prefill.endswith("Once upon")             # continued: the turn is left open
+    # vLLM's explicit pair gives the same prompt; continue_final_message: false closes the turn instead
+    assert chat(srv, turns, add_generation_prompt=False, continue_final_message=True)["__verbose"]["prompt"] == prefill
+    closed = chat(srv, turns, continue_final_message=False)["__verbose"]["prompt"]
+    assert not closed.endswith("Once upon") and "Once upon" in closed
+    assert "__verbose" not in post(srv, "/v1/chat/completions", {"messages": turns, "max_tokens": 1})
+    for bad in ({"add_generation_prompt": True, "continue_final_message": True},):
+        r = srv.post("/v1/chat/completions", json={"messages": turns, **bad})
+        assert r.status_code == 400 and "cannot both be true" in r.text
+    two = turns + [{"role": "assistant", "content": "a time"}]
+    r = srv.post("/v1/chat/completions", json={"messages": two})
+    assert r.status_code == 400 and "two assistant messages" in r.text
+    r = srv.post("/v1/chat/completions", json={"messages": turns[:1], "continue_final_message": True})
+    assert r.status_code == 400 and "last message from the assistant" in r.text
+
+
+def test_chat_json_schema_field_constrains_the_answer(srv):
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    out = post(srv, "/v1/chat/completions", {"messages": [{"role": "user", "content": "A number"}],
+                                             "json_schema": schema, "max_tokens": 40})
+    assert isinstance(json.loads(out["choices"][0]["message"]["content"])["n"], int)
+    r = srv.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}], "json_schema": schema,
+                                               "response_format": {"type": "json_object"}})
+    assert r.status_code == 400
+
+
+def test_prompt_progress_is_streamed_when_asked(srv):
+    prompt = "the quick brown fox jumps over the lazy dog " * 12
+    with httpx.stream("POST", srv.base_url + "/completion", timeout=60,
+                      json={"prompt": prompt, "n_predict": 2, "stream": True, "return_progress": True}) as r:
+        chunks = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+    progress = [c["prompt_progress"] for c in chunks if "prompt_progress" in c]
+    total = progress[0]["total"]
+    # the first report is what the cache held; then one per decoded batch (n_batch 512 > this prompt: one)
+    assert progress[0]["processed"] == progress[0]["cache"] and progress[-1]["processed"] == total
+    assert all(p["total"] == total for p in progress) and len(progress) >= 2
+    with httpx.stream("POST", srv.base_url + "/v1/chat/completions", timeout=60,
+                      json={"messages": [{"role": "user", "content": prompt}], "max_tokens": 2, "stream": True,
+                            "return_progress": True}) as r:
+        chunks = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+    reports = [c for c in chunks if "prompt_progress" in c]
+    assert reports and all(c["choices"] == [] for c in reports)
+    assert reports[-1]["prompt_progress"]["processed"] == reports[-1]["prompt_progress"]["total"]
+
+
+def test_llama_cpp_template_names(tmp_path, tiny_model_path):
+    from llamaserve.config import ConfigError, parse_config
+
+    def entry(template):
+        config = parse_config({"models": [{"model": str(tiny_model_path), "chat_template": template}]},
+                              None, tmp_path)
+        return config.models[0]
+
+    named = entry("llama3")
+    assert (named.chat_format, named.chat_template) == ("llama-3", None)
+    assert entry("command-r").chat_format == "command-r"
+    with pytest.raises(ConfigError, match="deepseek3.*llama.cpp built-in template name"):
+        entry("deepseek3")
+    assert entry("{{ messages[0].content }}").chat_template == "{{ messages[0].content }}"

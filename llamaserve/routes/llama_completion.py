@@ -9,8 +9,8 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from llamacore.events import Finished
-from llamaserve.choices import Choice, run_choices
+from llamacore.events import Finished, Progress
+from llamaserve.choices import Choice, run_choices_reporting
 from llamaserve.errors import APIError
 from llamaserve.llama_native import NativeCompletionRequest, final, probabilities, prompts
 from llamaserve.routes.requests import Prepared, acquire_engine, check_prompt_fits, count_adapter_usage, parse_body, respond
@@ -59,9 +59,10 @@ async def llama_completion(request: Request) -> Response:
                    for i, t in enumerate(token_lists)]
         # token ids come with log-probability entries: ask for those (no alternatives) when ids are sent back
         n_logprobs = body.n_probs or (0 if body.stream or body.return_tokens else None)
-        events = run_choices(engine, choices, stack, max_tokens=body.limit(), adapters=acquired.selection.key,
-                             stops=stops, n_logprobs=n_logprobs, ignore_eos=body.ignore_eos,
-                             metrics=state.metrics, model_name=entry.alias)
+        events = run_choices_reporting(engine, choices, stack, max_tokens=body.limit(),
+                                       adapters=acquired.selection.key, stops=stops, n_logprobs=n_logprobs,
+                                       ignore_eos=body.ignore_eos, metrics=state.metrics, model_name=entry.alias,
+                                       progress=body.return_progress and body.stream)
         count_adapter_usage(stack, state.registry, acquired, sum(len(c.tokens) for c in choices), choices)
         name = body.model or entry.alias
 
@@ -83,12 +84,18 @@ async def llama_completion(request: Request) -> Response:
                     yield last(choice, "")
                     continue
                 assert choice.timings is not None
+                if isinstance(event, Progress):
+                    yield {"index": choice.index, "content": "", "stop": False, "id_slot": -1, "tokens": [],
+                           **choice.timings.progress(event)}
+                    continue
                 chunk: dict[str, Any] = {
                     "index": choice.index, "content": event.text, "stop": False, "id_slot": -1,
                     "tokens": [event.logprob.token] if event.logprob is not None else [],
                     "tokens_predicted": choice.timings.n_generated, "tokens_evaluated": choice.timings.n_prompt}
                 if body.n_probs and event.logprob is not None:
                     chunk["completion_probabilities"] = probabilities([event.logprob])
+                if body.timings_per_token:
+                    chunk["timings"] = choice.timings.llama_cpp()
                 yield chunk
         return events, chunks, result
 

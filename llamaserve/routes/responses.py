@@ -22,9 +22,9 @@ from starlette.responses import JSONResponse, Response
 
 from llamacore import tool_calls
 from llamacore.chat import grammar_for, tool_setup
-from llamacore.events import Finished
+from llamacore.events import Finished, Progress
 from llamacore.responses import assistant_message
-from llamaserve.choices import Choice, run_choices
+from llamaserve.choices import Choice, run_choices_reporting
 from llamaserve.errors import APIError
 from llamaserve.response_store import ResponseStore
 from llamaserve.responses_api import (
@@ -63,9 +63,9 @@ class Events:
                 self("response.content_part.added", item_id=item_id, output_index=index, content_index=0,
                      part={"type": "output_text", "text": "", "annotations": []})]
 
-    def text_delta(self, index: int, item_id: str, text: str) -> str:
+    def text_delta(self, index: int, item_id: str, text: str, **extra: Any) -> str:
         return self("response.output_text.delta", item_id=item_id, output_index=index, content_index=0,
-                    delta=text, logprobs=[])
+                    delta=text, logprobs=[], **extra)
 
     def message_end(self, index: int, item: dict[str, Any]) -> list[str]:
         part = item["content"][0]
@@ -145,9 +145,10 @@ async def create_response(request: Request) -> Response:
         sampling = sampling_for(entry, body, temperature=1.0 if body.temperature is None else body.temperature,
                                 top_p=1.0 if body.top_p is None else body.top_p, grammar=grammar)
         choice = Choice(index=0, tokens=tokens, sampling=sampling)
-        generated = run_choices(engine, [choice], stack, max_tokens=body.max_output_tokens,
-                                adapters=acquired.selection.key, stops=stops, n_logprobs=None, ignore_eos=False,
-                                metrics=state.metrics, model_name=entry.alias)
+        generated = run_choices_reporting(engine, [choice], stack, max_tokens=body.max_output_tokens,
+                                          adapters=acquired.selection.key, stops=stops, n_logprobs=None,
+                                          ignore_eos=False, metrics=state.metrics, model_name=entry.alias,
+                                          progress=bool(body.return_progress and body.stream))
         count_adapter_usage(stack, state.registry, acquired, len(tokens), [choice])
         style = tool_calls.style_for(template) if rendered_tools else None
         draft = ResponseDraft(body, body.model or entry.alias)
@@ -193,10 +194,19 @@ async def create_response(request: Request) -> Response:
                         if "message" not in started:
                             started.append("message")
                             yield from write.message_start(len(started) - 1, draft.message_id)
-                        yield write.text_delta(len(started) - 1, draft.message_id, text)
+                        yield write.text_delta(len(started) - 1, draft.message_id, text, **telemetry())
+
+            def telemetry() -> dict[str, Any]:
+                """llama-server's timings on each delta, when asked (timings_per_token)."""
+                if not body.timings_per_token or choice.timings is None:
+                    return {}
+                return {"timings": choice.timings.llama_cpp()}
 
             async for _, step in generated:
-                if not isinstance(step, Finished) and step.text:
+                if isinstance(step, Progress):       # llama-server's prompt_progress (return_progress)
+                    assert choice.timings is not None
+                    yield write("response.in_progress", response=draft.snapshot([]), **choice.timings.progress(step))
+                elif not isinstance(step, Finished) and step.text:
                     for event in (parts_events(splitter.push(step.text)) if splitter is not None
                                   else parts_events([("content", step.text)])):
                         yield event
@@ -215,7 +225,9 @@ async def create_response(request: Request) -> Response:
                     ending = write.whole_item(index, item)
                 for event in ending:
                     yield event
-            yield write(f"response.{final['status']}", response=final)     # completed or incomplete
+            assert choice.timings is not None      # llama-server's timings, an extension field of the last event
+            yield write(f"response.{final['status']}", response=final,     # completed or incomplete
+                        timings=choice.timings.llama_cpp())
 
         handed_over = True
         return sse_response(stream(), release=stack.aclose, encode=str, end="", on_error=write.error)
