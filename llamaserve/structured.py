@@ -59,6 +59,15 @@ def grammar_cache(config: ServerConfig, metrics: Metrics) -> GrammarCache:
     return cache
 
 
+async def stops_and_grammar(state: Any, body: SamplingFields) -> tuple[list[str], str | None]:
+    """A completion request's stop strings and output grammar, checked before its model is pinned (a
+    400 costs no load)."""
+    try:
+        return body.stop_list(), await response_grammar(state, body, state.registry.entry(body.model, fallback=True))
+    except ValueError as exc:
+        raise APIError(400, str(exc)) from None
+
+
 async def response_grammar(state: Any, body: SamplingFields, entry: ModelEntry) -> str | None:
     """GBNF for the request's `grammar` or response_format (None for text); ValueError (a 400) if
     refused. A `grammar` is checked against llama.cpp's parser by `check_grammar`, once the model is there."""

@@ -22,7 +22,7 @@ from llamaserve.routes.requests import (
     respond,
 )
 from llamaserve.schemas import CompletionRequest
-from llamaserve.structured import check_grammar, response_grammar
+from llamaserve.structured import check_grammar, stops_and_grammar
 
 
 def _prompts(body: CompletionRequest, model) -> list[list[int]]:
@@ -52,11 +52,7 @@ async def completions(request: Request) -> Response:
     state = request.app.state
     if body.suffix:
         raise APIError(400, "suffix is not supported", param="suffix")
-    try:
-        stops = body.stop_list()
-        grammar = await response_grammar(state, body, state.registry.entry(body.model, fallback=True))
-    except ValueError as exc:
-        raise APIError(400, str(exc)) from None
+    stops, grammar = await stops_and_grammar(state, body)
 
     async def prepare(stack: AsyncExitStack) -> Prepared:
         acquired = await acquire_engine(stack, state.registry, body, body.model)

@@ -14,7 +14,7 @@ from llamaserve.choices import Choice, run_choices_reporting
 from llamaserve.errors import APIError
 from llamaserve.llama_native import NativeCompletionRequest, final, probabilities, prompts
 from llamaserve.routes.requests import Prepared, acquire_engine, check_prompt_fits, count_adapter_usage, parse_body, respond
-from llamaserve.structured import check_grammar, response_grammar
+from llamaserve.structured import check_grammar, stops_and_grammar
 
 
 async def llama_completion(request: Request) -> Response:
@@ -27,11 +27,7 @@ async def llama_completion(request: Request) -> Response:
         if body.grammar is not None:
             raise APIError(400, "give either grammar or json_schema, not both", param="json_schema")
         body.response_format = {"type": "json_schema", "json_schema": {"name": "output", "schema": body.json_schema}}
-    try:
-        stops = body.stop_list()
-        grammar = await response_grammar(state, body, state.registry.entry(body.model, fallback=True))
-    except ValueError as exc:
-        raise APIError(400, str(exc)) from None
+    stops, grammar = await stops_and_grammar(state, body)
 
     async def prepare(stack: AsyncExitStack) -> Prepared:
         acquired = await acquire_engine(stack, state.registry, body, body.model)
