@@ -148,6 +148,9 @@ def test_stop_button_stops_a_long_generation(browser, srv):
     max_tokens = browser.find_element(By.ID, "max-tokens")
     max_tokens.clear()
     max_tokens.send_keys("3500")
+    temperature = browser.find_element(By.ID, "temperature")     # greedy: this model then never ends on its
+    temperature.clear()                                           # own before 3500 tokens (sampled, it may)
+    temperature.send_keys("0")
     browser.find_element(By.ID, "prompt").send_keys("Write a very long story")
     browser.find_element(By.ID, "send").click()
     wait_for(browser, lambda: len(assistant_text(browser)) > 20, message=status(browser))
