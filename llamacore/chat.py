@@ -10,6 +10,7 @@ from llamacore import tool_calls
 from llamacore.chat_format import message_text, render_chat, resolve_template
 from llamacore.events import TextEvent
 from llamacore.grammar_cache import GrammarCache, default_cache
+from llamacore.processors import LogitsProcessor, StoppingCriteria
 from llamacore.reasoning import Reasoning, check_format
 from llamacore.responses import (
     ChatStream,
@@ -19,7 +20,7 @@ from llamacore.responses import (
     Envelope,
     usage,
 )
-from llamacore.sampling import SamplingParams
+from llamacore.sampling import SamplingParams, check_tfs_z
 
 if TYPE_CHECKING:
     from llamacore._core import Model
@@ -155,8 +156,11 @@ def create_chat_completion(llm: Llama, messages: list[dict[str, Any]], *, tools:
                            logprobs: bool = False, top_logprobs: int | None = None,
                            max_tokens: int | None = None, model: str | None = None, ignore_eos: bool = False,
                            reasoning_format: str = "none", chat_template_kwargs: Mapping[str, Any] | None = None,
+                           tfs_z: float = 1.0, logits_processor: LogitsProcessor | None = None,
+                           stopping_criteria: StoppingCriteria | None = None,
                            **sampling: Any) -> CreateChatCompletionResponse | Iterator[CreateChatCompletionStreamResponse]:
     check_format(reasoning_format)
+    check_tfs_z(tfs_z)
     if functions and not tools:
         tools = [{"type": "function", "function": f} for f in functions]
         tool_choice = ({"type": "function", "function": function_call} if isinstance(function_call, dict)
@@ -170,7 +174,8 @@ def create_chat_completion(llm: Llama, messages: list[dict[str, Any]], *, tools:
                                   grammar=grammar or tool_grammar, **_sampling_fields(sampling))
     events, n_prompt = llm._completion_events(tokens, params, max_tokens=max_tokens,
                                               stop=template_stops + user_stops, ignore_eos=ignore_eos,
-                                              logprobs=(top_logprobs or 0) if logprobs else None)
+                                              logprobs=(top_logprobs or 0) if logprobs else None,
+                                              hooks=(logits_processor, stopping_criteria))
     envelope = Envelope.new("chatcmpl", model or llm.model_path)
     style = tool_calls.style_for(llm.chat_template) if tools else None
     if stream:
@@ -182,9 +187,13 @@ def create_chat_completion(llm: Llama, messages: list[dict[str, Any]], *, tools:
 
 
 def _sampling_fields(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The sampling fields among completion keywords passed to a chat call (the rest are not used by chat)."""
+    """The sampling keywords of a chat call; any other keyword is a TypeError, as for a plain function
+    (it would otherwise be silently ignored)."""
     known = {f.name for f in dataclasses.fields(SamplingParams)}
-    return {k: v for k, v in kwargs.items() if k in known}
+    unknown = sorted(set(kwargs) - known)
+    if unknown:
+        raise TypeError(f"create_chat_completion() got unexpected keyword argument(s): {', '.join(unknown)}")
+    return kwargs
 
 
 def _chat_chunks(events: Iterator[TextEvent], stream: ChatStream) -> Iterator[CreateChatCompletionStreamResponse]:

@@ -12,11 +12,14 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
+
 from llamacore import chat, embedding
 from llamacore._core import Batch, Context, LoraAdapter, Model, set_verbose
 from llamacore.events import Finished, FinishReason, Text, TextEvent
 from llamacore.logprobs import TokenLogprob
 from llamacore.prefix import AdapterKey, adapter_key, reusable_prefix
+from llamacore.processors import LogitsProcessor, StoppingCriteria, apply_processor
 from llamacore.responses import (
     ChoiceOutput,
     CreateCompletionResponse,
@@ -26,7 +29,7 @@ from llamacore.responses import (
     embedding_response,
     usage,
 )
-from llamacore.sampling import SamplingParams
+from llamacore.sampling import SamplingParams, check_tfs_z
 from llamacore.text_stream import TextStream
 
 
@@ -206,17 +209,20 @@ class Llama:
         return rows
 
     def generate(self, tokens: list[int], sampling: SamplingParams, *, max_tokens: int,
-                 ignore_eos: bool = False) -> Iterator[int]:
+                 ignore_eos: bool = False, logits_processor: LogitsProcessor | None = None) -> Iterator[int]:
         """Yield sampled tokens until EOS (unless ignored), `max_tokens` or a full context.
 
         The caller may stop iterating at any time; the cache then holds the prompt plus every
-        token that was decoded.
+        token that was decoded. A `logits_processor` sees the tokens so far and the logits before
+        each token is sampled, and what it returns is sampled from (llamacore.processors).
         """
         sampler = sampling.build(self.model)
         self.eval(tokens)
         ctx, batch, model, n_ctx = self.ctx, self._batch, self.model, self.ctx.n_ctx
         pos = len(tokens)
         for _ in range(max_tokens):
+            if logits_processor is not None:
+                apply_processor(logits_processor, self._cached, ctx.logits(-1))
             token = sampler.sample(ctx)
             yield token
             if (not ignore_eos and model.is_eog(token)) or pos >= n_ctx:
@@ -237,9 +243,13 @@ class Llama:
                           stream: bool = False, seed: int | None = None, mirostat_mode: int = 0,
                           mirostat_tau: float = 5.0, mirostat_eta: float = 0.1, model: str | None = None,
                           logit_bias: dict[int, float] | None = None, grammar: str | None = None,
-                          response_format: dict | None = None, ignore_eos: bool = False,
-                          **_ignored: Any) -> CreateCompletionResponse | Iterator[CreateCompletionResponse]:
-        """OpenAI-style text completion; `stream=True` returns an iterator of chunks."""
+                          response_format: dict | None = None, ignore_eos: bool = False, tfs_z: float = 1.0,
+                          logits_processor: LogitsProcessor | None = None,
+                          stopping_criteria: StoppingCriteria | None = None,
+                          ) -> CreateCompletionResponse | Iterator[CreateCompletionResponse]:
+        """OpenAI-style text completion; `stream=True` returns an iterator of chunks. `logits_processor`
+        and `stopping_criteria` are llama-cpp-python's hooks (llamacore.processors)."""
+        check_tfs_z(tfs_z)
         sampling = self._sampling_params(
             temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
             repeat_penalty=repeat_penalty, presence_penalty=presence_penalty,
@@ -247,7 +257,8 @@ class Llama:
             mirostat_eta=mirostat_eta, seed=seed, logit_bias=logit_bias, grammar=grammar,
             response_format=response_format)
         events, n_prompt = self._completion_events(prompt, sampling, suffix=suffix, max_tokens=max_tokens,
-                                                   logprobs=logprobs, echo=echo, stop=stop, ignore_eos=ignore_eos)
+                                                   logprobs=logprobs, echo=echo, stop=stop, ignore_eos=ignore_eos,
+                                                   hooks=(logits_processor, stopping_criteria))
         envelope = Envelope.new("cmpl", model or self.model_path)
         if stream:
             return self._stream_chunks(events, envelope)
@@ -269,8 +280,8 @@ class Llama:
 
     def _completion_events(self, prompt: str | list[int], sampling: SamplingParams, *, suffix: str | None = None,
                            max_tokens: int | None = 16, logprobs: int | None = None, echo: bool = False,
-                           stop: str | list[str] | None = None,
-                           ignore_eos: bool = False) -> tuple[Iterator[TextEvent], int]:
+                           stop: str | list[str] | None = None, ignore_eos: bool = False,
+                           hooks: tuple[Any, Any] = (None, None)) -> tuple[Iterator[TextEvent], int]:
         """Checked request -> (its Text events then one Finished, number of prompt tokens).
 
         The prompt is checked before this returns, so a bad request raises even when the caller streams.
@@ -282,7 +293,7 @@ class Llama:
         echo_text = None
         if echo:
             echo_text = prompt if isinstance(prompt, str) else self.model.detokenize(tokens, True).decode("utf-8", "replace")
-        return self._events(tokens, sampling, max_tokens, stops, logprobs, echo_text, ignore_eos), len(tokens)
+        return self._events(tokens, sampling, max_tokens, stops, logprobs, echo_text, ignore_eos, *hooks), len(tokens)
 
     __call__ = create_completion
 
@@ -298,7 +309,9 @@ class Llama:
         return self.model.tokenize(prompt, add_special=True, parse_special=False) or [self.model.token_bos]
 
     def _events(self, tokens: list[int], sampling: SamplingParams, max_tokens: int | None, stops: list[str],
-                n_logprobs: int | None, echo_text: str | None, ignore_eos: bool) -> Iterator[TextEvent]:
+                n_logprobs: int | None, echo_text: str | None, ignore_eos: bool,
+                logits_processor: LogitsProcessor | None = None,
+                stopping_criteria: StoppingCriteria | None = None) -> Iterator[TextEvent]:
         """Text events as text becomes safe to release, then one Finished."""
         room = self.ctx.n_ctx - len(tokens)
         limit = room if max_tokens is None or max_tokens <= 0 else min(max_tokens, room)
@@ -308,7 +321,9 @@ class Llama:
             yield from self._echo(tokens, echo_text, n_logprobs)
         n_out, finish = 0, FinishReason.LENGTH
         piece = self._piece_text
-        for token in self.generate(tokens, sampling, max_tokens=limit, ignore_eos=ignore_eos) if limit > 0 else ():
+        tokens_out = self.generate(tokens, sampling, max_tokens=limit, ignore_eos=ignore_eos,
+                                   logits_processor=logits_processor) if limit > 0 else iter(())
+        for token in tokens_out:
             if not ignore_eos and self.model.is_eog(token):
                 finish = FinishReason.STOP
                 break
@@ -317,7 +332,8 @@ class Llama:
             delta = stream.push(self.model.token_to_piece(token))
             if delta or entry is not None:
                 yield Text(delta, entry)
-            if stream.stopped:
+            if stream.stopped or (stopping_criteria is not None and stopping_criteria(
+                    np.asarray(self._cached, dtype=np.intc), self.ctx.logits(-1))):
                 finish = FinishReason.STOP
                 break
         tail = stream.finish()

@@ -65,3 +65,9 @@ class SamplingParams:
         if self.min_p > 0.0:
             chain.min_p(self.min_p)
         return chain.temp(self.temperature).dist(self.seed)
+
+
+def check_tfs_z(tfs_z: float) -> None:
+    """llama-cpp-python's tail-free sampling: llama.cpp no longer has that sampler, so only 1.0 (off)."""
+    if tfs_z != 1.0:
+        raise ValueError(f"tfs_z={tfs_z}: tail-free sampling was removed from llama.cpp; only 1.0 (off) is accepted")

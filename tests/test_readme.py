@@ -25,7 +25,7 @@ LLAMACORE_BLOCKS = [b for b in python_blocks(README.read_text()) if "from llamac
 
 
 def test_readme_has_the_llamacore_examples():
-    assert len(LLAMACORE_BLOCKS) == 3
+    assert len(LLAMACORE_BLOCKS) == 4
 
 
 @pytest.mark.parametrize("index", range(len(LLAMACORE_BLOCKS)))
