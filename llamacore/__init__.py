@@ -20,11 +20,11 @@ _EXPORTS = {
     "llama_cpp_version": "_core", "max_parallel_sequences": "_core", "set_verbose": "_core",
     "supports_gpu_offload": "_core", "system_info": "_core",
     "ContextFullError": "errors", "DecodeAbortedError": "errors", "DecodeError": "errors",
-    "Llama": "llama", "LogitsProcessorList": "processors", "StoppingCriteriaList": "processors",
+    "Llama": "llama", "LlamaGrammar": "llama_grammar", "LogitsProcessorList": "processors", "StoppingCriteriaList": "processors",
 }
 
 __all__ = [
-    "Batch", "Context", "ContextFullError", "DecodeAbortedError", "DecodeError", "Llama", "LogitsProcessorList",
+    "Batch", "Context", "ContextFullError", "DecodeAbortedError", "DecodeError", "Llama", "LlamaGrammar", "LogitsProcessorList",
     "LoraAdapter", "Model", "Sampler", "StoppingCriteriaList", "llama_cpp_version", "max_parallel_sequences", "set_verbose",
     "supports_gpu_offload", "system_info",
 ]
@@ -44,6 +44,7 @@ if _TYPE_CHECKING:
     )
     from llamacore.errors import ContextFullError, DecodeAbortedError, DecodeError
     from llamacore.llama import Llama
+    from llamacore.llama_grammar import LlamaGrammar
     from llamacore.processors import LogitsProcessorList, StoppingCriteriaList
 
 

@@ -10,6 +10,7 @@ from llamacore import tool_calls
 from llamacore.chat_format import message_text, render_chat, resolve_template
 from llamacore.events import TextEvent
 from llamacore.grammar_cache import GrammarCache, default_cache
+from llamacore.llama_grammar import LlamaGrammar
 from llamacore.processors import LogitsProcessor, StoppingCriteria
 from llamacore.reasoning import Reasoning, check_format
 from llamacore.responses import (
@@ -152,7 +153,7 @@ def _tool_functions(tools: list) -> list[dict[str, Any]]:
 def create_chat_completion(llm: Llama, messages: list[dict[str, Any]], *, tools: list | None = None,
                            tool_choice: Any = None, functions: list | None = None, function_call: Any = None,
                            temperature: float = 0.2, stream: bool = False, stop: str | list[str] | None = None,
-                           response_format: dict | None = None, grammar: str | None = None,
+                           response_format: dict | None = None, grammar: str | LlamaGrammar | None = None,
                            logprobs: bool = False, top_logprobs: int | None = None,
                            max_tokens: int | None = None, model: str | None = None, ignore_eos: bool = False,
                            reasoning_format: str = "none", chat_template_kwargs: Mapping[str, Any] | None = None,

@@ -17,6 +17,7 @@ import numpy as np
 from llamacore import chat, embedding
 from llamacore._core import Batch, Context, LoraAdapter, Model, set_verbose
 from llamacore.events import Finished, FinishReason, Text, TextEvent
+from llamacore.llama_grammar import LlamaGrammar, grammar_text
 from llamacore.logprobs import TokenLogprob
 from llamacore.prefix import AdapterKey, adapter_key, reusable_prefix
 from llamacore.processors import LogitsProcessor, StoppingCriteria, apply_processor
@@ -242,7 +243,7 @@ class Llama:
                           presence_penalty: float = 0.0, repeat_penalty: float = 1.0, top_k: int = 40,
                           stream: bool = False, seed: int | None = None, mirostat_mode: int = 0,
                           mirostat_tau: float = 5.0, mirostat_eta: float = 0.1, model: str | None = None,
-                          logit_bias: dict[int, float] | None = None, grammar: str | None = None,
+                          logit_bias: dict[int, float] | None = None, grammar: str | LlamaGrammar | None = None,
                           response_format: dict | None = None, ignore_eos: bool = False, tfs_z: float = 1.0,
                           logits_processor: LogitsProcessor | None = None,
                           stopping_criteria: StoppingCriteria | None = None,
@@ -268,13 +269,13 @@ class Llama:
         return envelope.completion([output.completion_choice()], usage(n_prompt, output.n_generated))
 
     def _sampling_params(self, *, seed: int | None = None, logit_bias: dict[int, float] | None = None,
-                         grammar: str | None = None, response_format: dict | None = None,
+                         grammar: str | LlamaGrammar | None = None, response_format: dict | None = None,
                          **fields: Any) -> SamplingParams:
         """Checked sampling parameters; the model's seed when the call sets none."""
         sampling = SamplingParams(
             seed=self.seed if seed is None else seed,
             logit_bias={int(k): float(v) for k, v in (logit_bias or {}).items()},
-            grammar=grammar or chat.grammar_for(response_format), **fields)
+            grammar=grammar_text(grammar) or chat.grammar_for(response_format), **fields)
         sampling.validate()
         return sampling
 

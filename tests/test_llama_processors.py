@@ -79,3 +79,23 @@ def test_chat_takes_the_hooks_and_refuses_what_it_cannot_honour(llm):
     with pytest.raises(ValueError, match="tfs_z"):
         llm.create_completion(PROMPT, max_tokens=2, tfs_z=0.9)
     assert llm.create_completion(PROMPT, max_tokens=2, tfs_z=1.0)["usage"]["completion_tokens"] == 2
+
+
+def test_llama_grammar_from_string_file_and_json_schema(llm, tmp_path):
+    import json
+
+    from llamacore import LlamaGrammar
+
+    yes_no = 'root ::= ("yes" | "no") "."'
+    text = llm(PROMPT, max_tokens=8, temperature=0.9, seed=3, grammar=LlamaGrammar.from_string(yes_no))
+    assert text["choices"][0]["text"] in ("yes.", "no.")
+    path = tmp_path / "yes_no.gbnf"
+    path.write_text(yes_no)
+    from_file = llm(PROMPT, max_tokens=8, temperature=0.9, seed=3, grammar=LlamaGrammar.from_file(path))
+    assert from_file["choices"][0]["text"] == text["choices"][0]["text"]      # same grammar, same seed
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+    out = llm.create_chat_completion([{"role": "user", "content": "Answer"}], max_tokens=40, temperature=0.9,
+                                     grammar=LlamaGrammar.from_json_schema(json.dumps(schema)))
+    assert isinstance(json.loads(out["choices"][0]["message"]["content"])["ok"], bool)
+    with pytest.raises(ValueError):
+        LlamaGrammar.from_string("  ")
