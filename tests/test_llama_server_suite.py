@@ -59,7 +59,8 @@ def run_suite(tests: list[str], junit: Path) -> dict[str, str]:
     return outcomes(junit)
 
 
-def test_llama_server_suite(tmp_path):
+def test_llama_server_suite(tmp_path, stories_path, minilm_path):
+    # (the two fixtures skip this where ../shared/models is absent: the suite's models are those)
     assert SUITE.is_dir(), f"{SUITE} is missing: the llama.cpp tree is extracted by the package build"
     results = run_suite([f"unit/test_{name}.py" for name in FILES], tmp_path / "suite.xml")
     baseline = [line for line in BASELINE.read_text().splitlines() if line and not line.startswith("#")]
