@@ -12,6 +12,11 @@ if TYPE_CHECKING:
     from llamacore.llama import Llama
 
 
+def sequences_per_decode(n_batch: int) -> int:
+    """Sequences an embedding context packs per decode (many short inputs in one call)."""
+    return max(1, min(64, n_batch // 8))
+
+
 def _token_lists(llm: Llama, input: Any) -> tuple[bool, list[list[int]]]:
     """(single?, token lists) for a string, a token list, or a list of either."""
     if isinstance(input, str) or (isinstance(input, list) and input and isinstance(input[0], int)):

@@ -12,13 +12,11 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
-
-from llamacore import chat, embedding
+from llamacore import chat, completion, embedding
 from llamacore._core import Batch, Context, LoraAdapter, Model, set_verbose
-from llamacore.events import Finished, FinishReason, Text, TextEvent
+from llamacore.embedding import sequences_per_decode
+from llamacore.events import Finished, TextEvent
 from llamacore.llama_grammar import LlamaGrammar, grammar_text
-from llamacore.logprobs import TokenLogprob
 from llamacore.prefix import AdapterKey, adapter_key, reusable_prefix
 from llamacore.processors import LogitsProcessor, StoppingCriteria, apply_processor
 from llamacore.responses import (
@@ -31,7 +29,6 @@ from llamacore.responses import (
     usage,
 )
 from llamacore.sampling import SamplingParams, check_tfs_z
-from llamacore.text_stream import TextStream
 
 
 class Llama:
@@ -88,7 +85,7 @@ class Llama:
             n_ubatch = n_batch = max(n_batch, n_ubatch)   # non-causal models need a whole input per ubatch
         self.ctx = Context(
             self.model, n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch,
-            n_seq_max=embedding_sequences(n_batch) if embedding else 1, kv_unified=embedding,
+            n_seq_max=sequences_per_decode(n_batch) if embedding else 1, kv_unified=embedding,
             n_threads=n_threads, n_threads_batch=n_threads_batch, embeddings=embedding,
             pooling=pooling_type, flash_attn=flash_attn, type_k=type_k, type_v=type_v,
             offload_kqv=offload_kqv, rope_freq_base=rope_freq_base, rope_freq_scale=rope_freq_scale,
@@ -259,7 +256,8 @@ class Llama:
             response_format=response_format)
         events, n_prompt = self._completion_events(prompt, sampling, suffix=suffix, max_tokens=max_tokens,
                                                    logprobs=logprobs, echo=echo, stop=stop, ignore_eos=ignore_eos,
-                                                   hooks=(logits_processor, stopping_criteria))
+                                                   logits_processor=logits_processor,
+                                                   stopping_criteria=stopping_criteria)
         envelope = Envelope.new("cmpl", model or self.model_path)
         if stream:
             return self._stream_chunks(events, envelope)
@@ -282,7 +280,8 @@ class Llama:
     def _completion_events(self, prompt: str | list[int], sampling: SamplingParams, *, suffix: str | None = None,
                            max_tokens: int | None = 16, logprobs: int | None = None, echo: bool = False,
                            stop: str | list[str] | None = None, ignore_eos: bool = False,
-                           hooks: tuple[Any, Any] = (None, None)) -> tuple[Iterator[TextEvent], int]:
+                           logits_processor: LogitsProcessor | None = None,
+                           stopping_criteria: StoppingCriteria | None = None) -> tuple[Iterator[TextEvent], int]:
         """Checked request -> (its Text events then one Finished, number of prompt tokens).
 
         The prompt is checked before this returns, so a bad request raises even when the caller streams.
@@ -294,7 +293,9 @@ class Llama:
         echo_text = None
         if echo:
             echo_text = prompt if isinstance(prompt, str) else self.model.detokenize(tokens, True).decode("utf-8", "replace")
-        return self._events(tokens, sampling, max_tokens, stops, logprobs, echo_text, ignore_eos, *hooks), len(tokens)
+        events = completion.text_events(self, tokens, sampling, max_tokens, stops, logprobs, echo_text, ignore_eos,
+                                        logits_processor, stopping_criteria)
+        return events, len(tokens)
 
     __call__ = create_completion
 
@@ -308,52 +309,6 @@ class Llama:
                     raise ValueError(f"prompt token {t} is outside the vocabulary (0..{self.model.n_vocab - 1})")
             return tokens or [self.model.token_bos]
         return self.model.tokenize(prompt, add_special=True, parse_special=False) or [self.model.token_bos]
-
-    def _events(self, tokens: list[int], sampling: SamplingParams, max_tokens: int | None, stops: list[str],
-                n_logprobs: int | None, echo_text: str | None, ignore_eos: bool,
-                logits_processor: LogitsProcessor | None = None,
-                stopping_criteria: StoppingCriteria | None = None) -> Iterator[TextEvent]:
-        """Text events as text becomes safe to release, then one Finished."""
-        room = self.ctx.n_ctx - len(tokens)
-        limit = room if max_tokens is None or max_tokens <= 0 else min(max_tokens, room)
-        want_lp = n_logprobs is not None
-        stream = TextStream(stops)
-        if echo_text is not None:
-            yield from self._echo(tokens, echo_text, n_logprobs)
-        n_out, finish = 0, FinishReason.LENGTH
-        piece = self._piece_text
-        tokens_out = self.generate(tokens, sampling, max_tokens=limit, ignore_eos=ignore_eos,
-                                   logits_processor=logits_processor) if limit > 0 else iter(())
-        for token in tokens_out:
-            if not ignore_eos and self.model.is_eog(token):
-                finish = FinishReason.STOP
-                break
-            n_out += 1
-            entry = TokenLogprob.from_logits(self.ctx.logits(-1), token, n_logprobs or 0, piece) if want_lp else None
-            delta = stream.push(self.model.token_to_piece(token))
-            if delta or entry is not None:
-                yield Text(delta, entry)
-            if stream.stopped or (stopping_criteria is not None and stopping_criteria(
-                    np.asarray(self._cached, dtype=np.intc), self.ctx.logits(-1))):
-                finish = FinishReason.STOP
-                break
-        tail = stream.finish()
-        if tail:
-            yield Text(tail)
-        yield Finished(finish, n_out)
-
-    def _echo(self, tokens: list[int], text: str, n_logprobs: int | None) -> Iterator[Text]:
-        """The prompt as output text; with logprobs, one event per prompt token (first has none)."""
-        if n_logprobs is None:
-            yield Text(text)
-            return
-        rows = self.eval(tokens, logits_all=True)
-        for i, token in enumerate(tokens):
-            if i == 0:
-                entry = TokenLogprob(token, self._piece_text(token), None, [])
-            else:
-                entry = TokenLogprob.from_logits(rows[i - 1], token, n_logprobs, self._piece_text)
-            yield Text(self._piece_text(token), entry)
 
     def _piece_text(self, token: int) -> str:
         return self.model.token_to_piece(token).decode("utf-8", "replace")
@@ -393,11 +348,6 @@ class Llama:
             raise ValueError("Llama model must be created with embedding=True to call this method")
         self.reset()
         return embedding.embed_all(self, input, normalize=normalize, truncate=truncate)
-
-
-def embedding_sequences(n_batch: int) -> int:
-    """Sequences an embedding context packs per decode (many short inputs in one call)."""
-    return max(1, min(64, n_batch // 8))
 
 
 __all__ = ["Llama"]

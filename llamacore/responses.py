@@ -1,7 +1,7 @@
 """OpenAI's completion, chat, chunk and logprob shapes: the one place that builds them.
 
 `Llama` and every llamaserve route build their results here, so the library and the server
-answer alike. The TypedDicts carry the names of llama-cpp-python's `llama_types`. A
+answer alike. The TypedDicts are in llamacore.llama_types (llama-cpp-python's names). A
 `ChoiceOutput` gathers what one choice produced (text, logprob entries with their offsets, the
 finish); `ChatStream` turns a choice's events into chat deltas, holding content back while
 tools are offered so that a tool call comes out as `tool_calls`.
@@ -11,16 +11,32 @@ from __future__ import annotations
 
 import time
 import uuid
+from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _package_version
-from dataclasses import dataclass, field
-from typing import Any, Literal, NotRequired, Optional, Required, TypedDict
+from typing import Any
 
 from llamacore import tool_calls
 from llamacore.events import Finished, FinishReason, Text
+from llamacore.llama_types import (
+    ChatCompletionLogprobs,
+    ChatCompletionResponseChoice,
+    ChatCompletionResponseMessage,
+    ChatCompletionStreamResponseDelta,
+    ChatCompletionTopLogprobToken,
+    CompletionChoice,
+    CompletionLogprobs,
+    CompletionUsage,
+    CreateChatCompletionResponse,
+    CreateChatCompletionStreamResponse,
+    CreateCompletionResponse,
+    CreateCompletionStreamResponse,
+    CreateEmbeddingResponse,
+    Embedding,
+    EmbeddingUsage,
+)
 from llamacore.logprobs import TokenLogprob
 from llamacore.reasoning import Reasoning
-
 
 
 def _fingerprint() -> str:
@@ -32,145 +48,6 @@ def _fingerprint() -> str:
 
 
 SYSTEM_FINGERPRINT = _fingerprint()
-
-# -- shapes ------------------------------------------------------------------------------------
-
-
-class PromptTokensDetails(TypedDict):
-    cached_tokens: int
-
-
-class CompletionUsage(TypedDict, total=False):
-    prompt_tokens: Required[int]
-    completion_tokens: Required[int]
-    total_tokens: Required[int]
-    prompt_tokens_details: PromptTokensDetails
-
-
-class CompletionLogprobs(TypedDict):
-    text_offset: list[int]
-    token_logprobs: list[Optional[float]]
-    tokens: list[str]
-    top_logprobs: list[Optional[dict[str, float]]]
-
-
-class CompletionChoice(TypedDict):
-    text: str
-    index: int
-    logprobs: Optional[CompletionLogprobs]
-    finish_reason: Optional[str]
-
-
-class _CompletionBase(TypedDict):
-    id: str
-    object: Literal["text_completion"]
-    created: int
-    model: str
-    choices: list[CompletionChoice]
-    system_fingerprint: NotRequired[str]
-
-
-class CreateCompletionResponse(_CompletionBase, total=False):
-    usage: CompletionUsage
-
-
-CreateCompletionStreamResponse = CreateCompletionResponse
-
-
-class ChatCompletionTopLogprobToken(TypedDict):
-    token: str
-    logprob: Optional[float]
-    bytes: Optional[list[int]]
-
-
-class ChatCompletionLogprobToken(ChatCompletionTopLogprobToken):
-    top_logprobs: list[ChatCompletionTopLogprobToken]
-
-
-class ChatCompletionLogprobs(TypedDict):
-    content: Optional[list[ChatCompletionLogprobToken]]
-
-
-class ChatCompletionMessageToolCall(TypedDict):
-    id: str
-    type: Literal["function"]
-    function: dict[str, str]
-
-
-class ChatCompletionMessageToolCallChunk(ChatCompletionMessageToolCall):
-    index: int
-
-
-class ChatCompletionResponseMessage(TypedDict, total=False):
-    role: Literal["assistant"]
-    content: Optional[str]
-    reasoning_content: str          # a thinking model's reasoning (llama-server's and DeepSeek's field)
-    tool_calls: list[ChatCompletionMessageToolCall]
-
-
-class ChatCompletionResponseChoice(TypedDict):
-    index: int
-    message: ChatCompletionResponseMessage
-    logprobs: Optional[ChatCompletionLogprobs]
-    finish_reason: Optional[str]
-
-
-class CreateChatCompletionResponse(TypedDict):
-    id: str
-    object: Literal["chat.completion"]
-    created: int
-    model: str
-    choices: list[ChatCompletionResponseChoice]
-    usage: CompletionUsage
-    system_fingerprint: NotRequired[str]
-    timings: NotRequired[dict[str, float]]     # llama-server's extension: llama.cpp timings
-
-
-class ChatCompletionStreamResponseDelta(TypedDict, total=False):
-    role: Literal["assistant"]
-    content: Optional[str]
-    reasoning_content: str
-    tool_calls: list[ChatCompletionMessageToolCallChunk]
-
-
-class ChatCompletionStreamResponseChoice(TypedDict):
-    index: int
-    delta: ChatCompletionStreamResponseDelta
-    logprobs: Optional[ChatCompletionLogprobs]
-    finish_reason: Optional[str]
-
-
-class _ChatChunkBase(TypedDict):
-    id: str
-    object: Literal["chat.completion.chunk"]
-    created: int
-    model: str
-    choices: list[ChatCompletionStreamResponseChoice]
-    system_fingerprint: NotRequired[str]
-    timings: NotRequired[dict[str, float]]     # llama-server's extension: llama.cpp timings
-
-
-class CreateChatCompletionStreamResponse(_ChatChunkBase, total=False):
-    usage: CompletionUsage
-
-
-class Embedding(TypedDict):
-    index: int
-    object: Literal["embedding"]
-    embedding: Any            # list[float], or a base64 string when the server is asked for one
-
-
-class EmbeddingUsage(TypedDict):
-    prompt_tokens: int
-    total_tokens: int
-
-
-class CreateEmbeddingResponse(TypedDict):
-    object: Literal["list"]
-    model: str
-    data: list[Embedding]
-    usage: EmbeddingUsage
-
 
 # -- builders ----------------------------------------------------------------------------------
 
