@@ -73,11 +73,7 @@ class Timings:
         prompt_n = max(event.n_processed - self.n_cached, 0)
         return {"prompt_progress": {"total": self.n_prompt, "cache": self.n_cached, "processed": event.n_processed,
                                     "time_ms": ms},
-                "timings": {"cache_n": self.n_cached, "prompt_n": prompt_n, "prompt_ms": ms,
-                            "prompt_per_token_ms": ms / prompt_n if prompt_n else 0.0,
-                            "prompt_per_second": 1e3 * prompt_n / ms if ms > 0 else 0.0,
-                            "predicted_n": 0, "predicted_ms": 0.0, "predicted_per_token_ms": 0.0,
-                            "predicted_per_second": 0.0}}
+                "timings": self._timings(prompt_n, ms, 0, 0.0)}
 
     def llama_cpp(self) -> dict[str, float]:
         """llama-server's `timings` object; the generation rate leaves out the first token, which costs
@@ -87,11 +83,14 @@ class Timings:
         prompt_n = self.n_prompt - self.n_cached
         prompt_ms = max(first - start, 0.0) * 1e3
         predicted_ms = max((self.ended or time.monotonic()) - first, 0.0) * 1e3 if self.first_token else 0.0
-        steps = max(self.n_generated - 1, 0)
+        return self._timings(prompt_n, prompt_ms, self.n_generated, predicted_ms)
+
+    def _timings(self, prompt_n: int, prompt_ms: float, predicted_n: int, predicted_ms: float) -> dict[str, float]:
+        steps = max(predicted_n - 1, 0)
         return {"cache_n": self.n_cached, "prompt_n": prompt_n, "prompt_ms": prompt_ms,
                 "prompt_per_token_ms": prompt_ms / prompt_n if prompt_n else 0.0,
                 "prompt_per_second": 1e3 * prompt_n / prompt_ms if prompt_ms > 0 else 0.0,
-                "predicted_n": self.n_generated, "predicted_ms": predicted_ms,
+                "predicted_n": predicted_n, "predicted_ms": predicted_ms,
                 "predicted_per_token_ms": predicted_ms / steps if steps and predicted_ms > 0 else 0.0,
                 "predicted_per_second": 1e3 * steps / predicted_ms if steps and predicted_ms > 0 else 0.0}
 

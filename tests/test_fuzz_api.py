@@ -278,8 +278,10 @@ def check_messages_response(status: int, content: bytes, ctype: str, where: str)
         assert body["type"] == "error" and set(body["error"]) == {"type", "message"}, f"{where}: {body!r}"
 
 
-def test_schemathesis_fuzz_messages(api):
-    strategy = operation_strategies(api, [MESSAGES])[MESSAGES]
+def fuzz_route(api, route: str, shorten, check) -> None:
+    """Fuzz one route's schema: half the cases name the real model, `shorten(body)` keeps generations
+    short, `check` judges each answer, and the server must stay up throughout."""
+    strategy = operation_strategies(api, [route])[route]
 
     @SETTINGS
     @given(data=st.data())
@@ -288,15 +290,20 @@ def test_schemathesis_fuzz_messages(api):
         if isinstance(case.body, dict):
             if data.draw(st.booleans(), label="right model"):
                 case.body["model"] = "m"
-            if _int(case.body.get("max_tokens")) and case.body["max_tokens"] > 4:
-                case.body["max_tokens"] = 1 + case.body["max_tokens"] % 4
+            shorten(case.body)
         resp = case.call(base_url=api.base_url, timeout=60)
-        where = f"{MESSAGES} {case.body!r:.500}"
-        check_messages_response(resp.status_code, resp.content, header(resp, "content-type") or "", where)
+        check(resp.status_code, resp.content, header(resp, "content-type") or "", f"{route} {case.body!r:.500}")
         assert httpx.get(api.base_url + "/health", timeout=10).status_code == 200, api.log()
 
     fuzz()
     assert api.proc.poll() is None
+
+
+def test_schemathesis_fuzz_messages(api):
+    def shorten(body):
+        if _int(body.get("max_tokens")) and body["max_tokens"] > 4:
+            body["max_tokens"] = 1 + body["max_tokens"] % 4
+    fuzz_route(api, MESSAGES, shorten, check_messages_response)
 
 
 # -- OpenAI's Responses route: typed events, no [DONE] ------------------------------------------
@@ -329,21 +336,7 @@ def check_responses_response(status: int, content: bytes, ctype: str, where: str
 
 
 def test_schemathesis_fuzz_responses(api):
-    strategy = operation_strategies(api, [RESPONSES])[RESPONSES]
-
-    @SETTINGS
-    @given(data=st.data())
-    def fuzz(data):
-        case = data.draw(strategy, label="case")
-        if isinstance(case.body, dict):
-            if data.draw(st.booleans(), label="right model"):
-                case.body["model"] = "m"
-            limit = case.body.get("max_output_tokens")
-            case.body["max_output_tokens"] = 1 + limit % 4 if _int(limit) and limit > 4 else limit or 3
-        resp = case.call(base_url=api.base_url, timeout=60)
-        where = f"{RESPONSES} {case.body!r:.500}"
-        check_responses_response(resp.status_code, resp.content, header(resp, "content-type") or "", where)
-        assert httpx.get(api.base_url + "/health", timeout=10).status_code == 200, api.log()
-
-    fuzz()
-    assert api.proc.poll() is None
+    def shorten(body):
+        limit = body.get("max_output_tokens")
+        body["max_output_tokens"] = 1 + limit % 4 if _int(limit) and limit > 4 else limit or 3
+    fuzz_route(api, RESPONSES, shorten, check_responses_response)
