@@ -147,7 +147,8 @@ def create_app(config: ServerConfig) -> Starlette:
                   Middleware(DrainMiddleware, drain=drain)]
     if config.cors_origins:
         middleware.append(Middleware(CORSMiddleware, allow_origins=list(config.cors_origins),
-                                     allow_methods=["GET", "POST", "DELETE", "OPTIONS"], allow_headers=["*"]))
+                                     allow_methods=["GET", "POST", "DELETE", "OPTIONS"], allow_headers=["*"],
+                                     allow_credentials=config.cors_credentials))
     middleware.append(Middleware(APIKeyAuth, api_key=config.api_key, pages=("/",) if config.web_ui else ()))
     handlers: dict[Any, Callable[[Request, Any], Awaitable[Response]]] = {
         APIError: _api_error, **{cls: _api_error for cls in KNOWN_ERRORS},

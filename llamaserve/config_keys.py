@@ -299,7 +299,7 @@ ROOT_KEYS: dict[str, Check] = {
     "max_loaded_models": _optional(_int(1)), "memory_budget": _optional(_via(parse_size, positive=True)),
     "idle_unload": _optional(_via(parse_duration)), "parallel": _int(1), "max_queue": _int(0),
     "lora_steps_per_turn": _int(1), "kv_unified": _bool, "share_prefixes": _bool,
-    "log_level": _choice(LOG_LEVELS), "cors": _cors, "max_body_bytes": _via(parse_size, positive=True),
+    "log_level": _choice(LOG_LEVELS), "cors": _cors, "cors_credentials": _bool, "max_body_bytes": _via(parse_size, positive=True),
     "shutdown_grace": _float(), "drain_delay": _via(parse_duration), "ready_requires_model": _bool,
     "web_ui": _bool, "unknown_model": _choice(UNKNOWN_MODEL_POLICIES), "metrics": _bool,
     "verbose_responses": _bool,

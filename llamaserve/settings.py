@@ -78,6 +78,7 @@ class ServerConfig:
     share_prefixes: bool = True
     log_level: str = "info"
     cors_origins: tuple[str, ...] = ()
+    cors_credentials: bool = False          # CORS answers allow credentials (with "*": echo the Origin)
     max_body_bytes: int = 4 * 1024 * 1024
     shutdown_grace: float = 10.0
     drain_delay: float = 0.0                # after SIGTERM: seconds /ready answers 503 while serving on

@@ -108,8 +108,9 @@ def llamaserve_config(server: Any) -> dict[str, Any]:
         config["verbose_responses"] = True      # the `__verbose` object --verbose adds to answers
     if server.api_key:
         config["api_key"] = server.api_key
-    if server.cors_origins:
-        config["cors"] = server.cors_origins.split(",")
+    # llama-server's CORS default is every origin, with credentials; llamaserve's is none
+    config["cors"] = server.cors_origins.split(",") if server.cors_origins else ["*"]
+    config["cors_credentials"] = True
     if server.no_ui:
         config["web_ui"] = False
     return config

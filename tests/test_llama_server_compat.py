@@ -216,3 +216,19 @@ def test_llama_cpp_template_names(tmp_path, tiny_model_path):
     with pytest.raises(ConfigError, match="deepseek3.*llama.cpp built-in template name"):
         entry("deepseek3")
     assert entry("{{ messages[0].content }}").chat_template == "{{ messages[0].content }}"
+
+
+@pytest.mark.parametrize("credentials", [False, True])
+def test_cors_credentials(tmp_path, tiny_model_path, credentials):
+    proc = ServerProcess({"cors": ["*"], "cors_credentials": credentials,
+                          "models": [{"alias": "tiny", "model": str(tiny_model_path)}]}, tmp_path).start()
+    try:
+        r = httpx.options(proc.base_url + "/v1/chat/completions", timeout=30,
+                          headers={"Origin": "https://app.example", "Access-Control-Request-Method": "POST",
+                                   "Access-Control-Request-Headers": "Authorization"})
+        assert r.status_code == 200
+        # with credentials a browser needs its own origin back, never "*" (llama-server's default)
+        assert r.headers["access-control-allow-origin"] == ("https://app.example" if credentials else "*")
+        assert r.headers.get("access-control-allow-credentials") == ("true" if credentials else None)
+    finally:
+        proc.stop()
