@@ -37,6 +37,10 @@ LLAMA_CMAKE_FLAGS = [
     # RDMA off so the link never needs libibverbs
     "-DGGML_RPC=ON",
     "-DGGML_RPC_RDMA=OFF",
+    # libmtmd (vision projectors) without video: with MTMD_VIDEO on, mtmd-helper spawns ffmpeg
+    # for video and WebP, and a server must not start processes on untrusted input
+    "-DLLAMA_BUILD_MTMD=ON",
+    "-DMTMD_VIDEO=OFF",
 ]
 
 
@@ -66,7 +70,7 @@ def _is_script(path: Path) -> bool:
 
 
 def build_llama_cpp() -> Path:
-    """Configure (first time) and build the `llama` target; returns the build folder."""
+    """Configure (first time) and build the `llama` and `mtmd` targets; returns the build folder."""
     import fetch  # vendor/fetch.py
 
     source = fetch.ensure_source()
@@ -92,7 +96,7 @@ def build_llama_cpp() -> Path:
         subprocess.run([cmake, "-S", str(source), "-B", str(build), *flags, *user_args], check=True)
         configured.write_text(wanted)
     jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 2))
-    subprocess.run([cmake, "--build", str(build), "--target", "llama", "-j", jobs], check=True)
+    subprocess.run([cmake, "--build", str(build), "--target", "llama", "mtmd", "-j", jobs], check=True)
     return build
 
 
@@ -105,7 +109,8 @@ def cmake_cache_value(build: Path, key: str) -> str | None:
 
 def link_args(build: Path) -> list[str]:
     """Static libraries in dependency order, plus what the enabled backends need."""
-    libs = [build / "src" / "libllama.a", build / "ggml" / "src" / "libggml.a"]
+    libs = [build / "tools" / "mtmd" / "libmtmd.a", build / "vendor" / "hash" / "libvendor-hash.a",
+            build / "src" / "libllama.a", build / "ggml" / "src" / "libggml.a"]
     backends = sorted(p for p in (build / "ggml" / "src").rglob("libggml-*.a") if p.name != "libggml-base.a")
     libs += backends + [build / "ggml" / "src" / "libggml-base.a"]
     args = ["-Wl,--start-group", *map(str, libs), "-Wl,--end-group", "-fopenmp", "-lpthread", "-ldl"]
@@ -152,7 +157,8 @@ class BuildWithLlamaCpp(build_ext):
         source = fetch.TREE
         info = json.dumps(build_info(build), sort_keys=True)
         for ext in self.extensions:
-            ext.include_dirs += [str(source / "include"), str(source / "ggml" / "include")]
+            ext.include_dirs += [str(source / "include"), str(source / "ggml" / "include"),
+                                 str(source / "tools" / "mtmd")]
             ext.extra_link_args += link_args(build)
             ext.define_macros = [m for m in ext.define_macros if m[0] != "LLAMACORE_BUILD_INFO"]
             ext.define_macros.append(("LLAMACORE_BUILD_INFO", c_string(info)))

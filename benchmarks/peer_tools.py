@@ -1,4 +1,4 @@
-"""Build llama.cpp's own tools (llama-bench, llama-server, llama-quantize) as benchmark peers.
+"""Build llama.cpp's own tools (llama-bench, llama-server, llama-quantize, llama-mtmd-cli) as benchmark peers.
 
 The tools come from the vendored tree and are cached in ``build/peer-tools/``; a tool is built
 only when its binary is missing. ggml is compiled with the same flags as the libraries behind
@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE = ROOT / "vendor" / "llama.cpp"
 BUILD = ROOT / "build" / "peer-tools"
-TOOLS = ("llama-bench", "llama-server", "llama-quantize")
+TOOLS = ("llama-bench", "llama-server", "llama-quantize", "llama-mtmd-cli")
 
 CMAKE_FLAGS = [
     "-DCMAKE_BUILD_TYPE=Release",

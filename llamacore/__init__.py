@@ -16,7 +16,8 @@ _logging.getLogger("llamacore").addHandler(_logging.NullHandler())
 
 # name -> the submodule that defines it
 _EXPORTS = {
-    "Batch": "_core", "Context": "_core", "LoraAdapter": "_core", "Model": "_core", "Sampler": "_core",
+    "Batch": "_core", "Context": "_core", "Image": "_core", "ImageChunk": "_core", "LoraAdapter": "_core",
+    "Model": "_core", "Projector": "_core", "Sampler": "_core",
     "llama_cpp_version": "_core", "max_parallel_sequences": "_core", "set_verbose": "_core",
     "supports_gpu_offload": "_core", "system_info": "_core",
     "ContextFullError": "errors", "DecodeAbortedError": "errors", "DecodeError": "errors",
@@ -24,8 +25,8 @@ _EXPORTS = {
 }
 
 __all__ = [
-    "Batch", "Context", "ContextFullError", "DecodeAbortedError", "DecodeError", "Llama", "LlamaGrammar", "LogitsProcessorList",
-    "LoraAdapter", "Model", "Sampler", "StoppingCriteriaList", "llama_cpp_version", "max_parallel_sequences", "set_verbose",
+    "Batch", "Context", "ContextFullError", "DecodeAbortedError", "DecodeError", "Image", "ImageChunk", "Llama", "LlamaGrammar", "LogitsProcessorList",
+    "LoraAdapter", "Model", "Projector", "Sampler", "StoppingCriteriaList", "llama_cpp_version", "max_parallel_sequences", "set_verbose",
     "supports_gpu_offload", "system_info",
 ]
 
@@ -33,8 +34,11 @@ if _TYPE_CHECKING:
     from llamacore._core import (
         Batch,
         Context,
+        Image,
+        ImageChunk,
         LoraAdapter,
         Model,
+        Projector,
         Sampler,
         llama_cpp_version,
         max_parallel_sequences,

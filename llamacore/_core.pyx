@@ -18,6 +18,7 @@ include "core/batch.pyx"
 include "core/context_params.pyx"
 include "core/context.pyx"
 include "core/sampler.pyx"
+include "core/projector.pyx"
 
 _backend_init()
 _install_log_callback()

@@ -11,6 +11,8 @@ from llamacore.chat_format import message_text, render_chat, resolve_template
 from llamacore.events import TextEvent
 from llamacore.grammar_cache import GrammarCache, default_cache
 from llamacore.llama_grammar import LlamaGrammar
+from llamacore.media import image_urls
+from llamacore.multimodal import MEDIA_MARKER, load_images, tokenize_with_images
 from llamacore.processors import LogitsProcessor, StoppingCriteria
 from llamacore.reasoning import Reasoning, check_format
 from llamacore.responses import (
@@ -24,7 +26,7 @@ from llamacore.responses import (
 from llamacore.sampling import SamplingParams, check_tfs_z
 
 if TYPE_CHECKING:
-    from llamacore._core import Model
+    from llamacore._core import Image, Model, Projector
     from llamacore.llama import Llama
 
 # End-of-turn markers that a template may write as plain text; generation stops on them.
@@ -71,7 +73,7 @@ def _special_text(model: Model, token: int) -> str:
 
 def prompt_text(model: Model, template: str, messages: list[dict[str, Any]], tools: list | None,
                 add_generation_prompt: bool = True, *, template_kwargs: Mapping[str, Any] | None = None,
-                continue_final_message: bool = False) -> str:
+                continue_final_message: bool = False, media_marker: str | None = None) -> str:
     """The prompt `template` renders for `messages`, ending with the assistant's turn opened (unless
     `add_generation_prompt` is false); `template_kwargs` are extra template variables (enable_thinking, ...).
 
@@ -86,10 +88,10 @@ def prompt_text(model: Model, template: str, messages: list[dict[str, Any]], too
         if not continues(messages):
             raise ValueError("continue_final_message needs a last message from the assistant with text")
         prefix = render_chat(template, messages[:-1], bos_token=bos, eos_token=eos, add_generation_prompt=True,
-                             tools=tools, **dict(template_kwargs or {}))
+                             tools=tools, media_marker=media_marker, **dict(template_kwargs or {}))
         return prefix + message_text(messages[-1])
     return render_chat(template, messages, bos_token=bos, eos_token=eos, add_generation_prompt=add_generation_prompt,
-                       tools=tools, **dict(template_kwargs or {}))
+                       tools=tools, media_marker=media_marker, **dict(template_kwargs or {}))
 
 
 def continues(messages: list[dict[str, Any]]) -> bool:
@@ -107,13 +109,22 @@ def prompt_tokens(model: Model, template: str, messages: list[dict[str, Any]], t
 
 def chat_prompt(model: Model, template: str, messages: list[dict[str, Any]], tools: list | None, *,
                 template_kwargs: Mapping[str, Any] | None = None, add_generation_prompt: bool = True,
-                continue_final_message: bool = False) -> tuple[str, list[int], list[str]]:
-    """The rendered prompt, its tokens and the stop strings the template implies."""
+                continue_final_message: bool = False, projector: Projector | None = None,
+                images: list[Image] | None = None) -> tuple[str, list[int], list[str]]:
+    """The rendered prompt, its tokens and the stop strings the template implies.
+
+    `images` (with their `projector`) are the image parts of `messages` in order, already loaded;
+    the tokens are then MediaTokens (llamacore.multimodal).
+    """
     text = prompt_text(model, template, messages, tools, add_generation_prompt, template_kwargs=template_kwargs,
-                       continue_final_message=continue_final_message)
-    tokens = model.tokenize(text, add_special=False, parse_special=True)
-    if model.add_bos and (not tokens or tokens[0] != model.token_bos):
-        tokens.insert(0, model.token_bos)
+                       continue_final_message=continue_final_message,
+                       media_marker=MEDIA_MARKER if projector is not None else None)
+    if projector is not None:
+        tokens: list[int] = tokenize_with_images(projector, model, text, images or [])
+    else:
+        tokens = model.tokenize(text, add_special=False, parse_special=True)
+        if model.add_bos and (not tokens or tokens[0] != model.token_bos):
+            tokens.insert(0, model.token_bos)
     stops = [m for m in TURN_END_MARKERS if m in template]
     return text, tokens, stops
 
@@ -167,8 +178,11 @@ def create_chat_completion(llm: Llama, messages: list[dict[str, Any]], *, tools:
         tool_choice = ({"type": "function", "function": function_call} if isinstance(function_call, dict)
                        else function_call)
     tools, tool_grammar = tool_setup(llm.chat_template, tools, tool_choice)
+    urls = image_urls(messages)
+    images = load_images(llm.projector, urls, llm.media_policy) if urls and llm.projector is not None else None
     text, tokens, template_stops = chat_prompt(llm.model, llm.chat_template, messages, tools,
-                                               template_kwargs=chat_template_kwargs)
+                                               template_kwargs=chat_template_kwargs, projector=llm.projector,
+                                               images=images)
     reasoning = Reasoning.for_prompt(llm.chat_template, text, reasoning_format)
     user_stops = [stop] if isinstance(stop, str) else list(stop or [])
     params = llm._sampling_params(temperature=temperature, response_format=response_format,

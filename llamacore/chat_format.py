@@ -90,23 +90,33 @@ def _compile(template: str) -> Any:
         raise ChatTemplateError(f"invalid chat template: {exc}") from exc
 
 
-def _flatten_content(message: Mapping[str, Any]) -> dict[str, Any]:
-    """Join OpenAI text content parts with newlines, since most templates expect content to be a string."""
+def _flatten_content(message: Mapping[str, Any], media_marker: str | None = None) -> dict[str, Any]:
+    """Join OpenAI text content parts with newlines, since most templates expect content to be a string.
+
+    An `image_url` part becomes `media_marker` (no newline around it, as llama.cpp's server joins
+    them); without a marker (no vision projector) it is refused.
+    """
     content = message.get("content")
     if content is None:              # OpenAI sends null content next to tool_calls; templates expect text
         return {**message, "content": ""}
     if not isinstance(content, list):
         return dict(message)
-    texts = []
+    out, after_text = "", False
     for part in content:
         kind = part.get("type") if isinstance(part, Mapping) else type(part).__name__
+        if kind == "image_url":
+            if media_marker is None:
+                raise ChatTemplateError("image input is not supported: this model has no vision projector "
+                                        "(clip_model_path, or mmproj)")
+            out, after_text = out + media_marker, False
+            continue
         if kind != "text":
-            raise ChatTemplateError(f"unsupported content part type {kind!r} (only 'text' is supported)")
+            raise ChatTemplateError(f"unsupported content part type {kind!r} (expected 'text' or 'image_url')")
         text = part.get("text", "")
         if not isinstance(text, str):
             raise ChatTemplateError(f"content part text must be a string, got {type(text).__name__}")
-        texts.append(text)
-    return {**message, "content": "\n".join(texts)}
+        out, after_text = out + ("\n" if after_text else "") + text, True
+    return {**message, "content": out}
 
 
 def message_text(message: Mapping[str, Any]) -> str:
@@ -122,12 +132,14 @@ def render_chat(
     eos_token: str = "",
     add_generation_prompt: bool = True,
     tools: list | None = None,
+    media_marker: str | None = None,
     **extra: Any,
 ) -> str:
     """Render ``messages`` with a Jinja chat ``template`` and return the prompt text.
 
     ``extra`` becomes additional template variables (e.g. ``enable_thinking``,
-    ``date_string``). The result may contain ``bos_token`` literally, so tokenize it
+    ``date_string``). ``media_marker`` stands for each image part (see _flatten_content).
+    The result may contain ``bos_token`` literally, so tokenize it
     with special-token parsing and without adding a second BOS.
     Raises ChatTemplateError for any compile or render failure.
     """
@@ -137,7 +149,7 @@ def render_chat(
         # today's date under the names Llama 3.x and FireFunction templates read (as llama.cpp passes them)
         "date_string": now.strftime("%d %b %Y"), "datetime": now.strftime("%b %d %Y"),
         **extra,
-        "messages": [_flatten_content(m) for m in messages],
+        "messages": [_flatten_content(m, media_marker) for m in messages],
         "bos_token": bos_token,
         "eos_token": eos_token,
         "add_generation_prompt": add_generation_prompt,

@@ -34,7 +34,8 @@ _PASSED_LOCK = threading.Lock()
 def check_gguf_file(path: str | PathLike[str], what: str) -> str:
     """The path as a str, or a Python exception for a file llama.cpp cannot read or would abort on.
 
-    `what` is "model" or "LoRA adapter" (it picks the checks and names the file in messages).
+    `what` is "model", "LoRA adapter" or "projector" (it picks the checks and names the file in
+    messages).
     """
     path = os.fspath(path)
     if not os.path.exists(path):
@@ -62,7 +63,8 @@ def _check(path: str, what: str) -> None:
         raise ValueError(f"{path} is not a GGUF file (starts with {magic!r}, expected b'GGUF')")
     header = read_metadata(path)
     if header is not None:
-        problems = _model_problems(header) if what == "model" else _adapter_problems(header)
+        check = {"model": _model_problems, "projector": _projector_problems}.get(what, _adapter_problems)
+        problems = check(header)
         if problems:
             raise ValueError(f"{path} is not a valid {what}: " + "; ".join(problems))
 
@@ -91,6 +93,43 @@ def _adapter_problems(header: GGUFMetadata) -> list[str]:
     flat = [name for name, ne in tensors.items() if any(n != 1 for n in ne[2:])]
     if flat:
         problems.append(f"tensor {flat[0]!r} has {len(tensors[flat[0]])} dimensions; LoRA tensors are matrices")
+    return problems
+
+
+# the scalar keys libmtmd's clip loader reads with gguf_get_val_*, which asserts the value type
+# (an abort, where a missing key or a wrong array type is a clean load error); tools/mtmd/clip.cpp
+_CLIP_SCALARS = {
+    ValueType.BOOL: ("clip.has_vision_encoder", "clip.has_audio_encoder", "clip.has_gen_audio_encoder",
+                     "clip.use_gelu", "clip.use_silu"),
+    ValueType.STRING: ("clip.projector_type", "clip.vision.projector_type", "clip.audio.projector_type",
+                       "clip.gen.audio.projector_type", "clip.gen.audio.model_variant",
+                       "clip.vision.mm_patch_merge_type", "general.name", "general.description"),
+    ValueType.FLOAT32: ("clip.vision.attention.layer_norm_epsilon", "clip.audio.attention.layer_norm_epsilon",
+                        "clip.vision.swiglu_clamp"),
+    ValueType.INT32: ("clip.minicpmv_version",),
+    ValueType.UINT32: tuple(f"clip.{m}.{k}" for m in ("vision", "audio") for k in (
+        "attention.head_count", "attention.head_count_kv", "attention.head_dim", "block_count",
+        "embedding_length", "feed_forward_length", "projection_dim")) + tuple("clip." + k for k in (
+        "audio.chunk_size", "audio.conv_kernel_size", "audio.local_block_count", "audio.local_group_size",
+        "audio.max_pos_emb", "audio.num_mel_bins", "audio.projector.downsample_rate",
+        "audio.projector.head_count", "audio.projector.stack_factor", "audio.projector.window_size",
+        "audio.rvq.num_quantizers", "audio.subsampling_factor", "audio.window_size", "minicpmv_query_num",
+        "vision.expert_used_count", "vision.image_max_pixels", "vision.image_min_pixels", "vision.image_size",
+        "vision.n_wa_pattern", "vision.patch_size", "vision.preproc_image_size", "vision.preproc_max_tiles",
+        "vision.preproc_min_tiles", "vision.projector.query_side", "vision.projector.scale_factor",
+        "vision.projector.window_side", "vision.sam.block_count", "vision.sam.embedding_length",
+        "vision.sam.head_count", "vision.spatial_merge_size", "vision.window_size")),
+}
+
+
+def _projector_problems(header: GGUFMetadata) -> list[str]:
+    meta, problems = header.values, []
+    for vtype, keys in _CLIP_SCALARS.items():
+        for key in keys:
+            if key in meta and meta[key][0] != vtype:
+                problems.append(f"{key} must be a {vtype.name.lower()} (GGUF type {meta[key][0]})")
+    if not any(key.startswith("clip.") for key in meta):
+        problems.append("it has no clip.* metadata (a multimodal projector, mmproj, is expected)")
     return problems
 
 

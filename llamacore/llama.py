@@ -13,10 +13,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from llamacore import chat, completion, embedding
-from llamacore._core import Batch, Context, LoraAdapter, Model, set_verbose
+from llamacore._core import Batch, Context, LoraAdapter, Model, Projector, set_verbose
 from llamacore.embedding import sequences_per_decode
 from llamacore.events import Finished, TextEvent
 from llamacore.llama_grammar import LlamaGrammar, grammar_text
+from llamacore.media import MediaPolicy
+from llamacore.multimodal import MediaTokens, decode_image, image_boundary, images_of
 from llamacore.prefix import AdapterKey, adapter_key, reusable_prefix
 from llamacore.processors import LogitsProcessor, StoppingCriteria, apply_processor
 from llamacore.responses import (
@@ -67,10 +69,18 @@ class Llama:
         chat_template: str | None = None,
         verbose: bool = False,
         rpc_servers: list[str] | str | None = None,
+        clip_model_path: str | os.PathLike | None = None,
+        chat_handler: Any = None,
+        media_policy: MediaPolicy | None = None,
     ) -> None:
         """`rpc_servers` ("host:port", ... or llama-server's comma-separated string): offload to
         those ggml RPC workers (`llamaserve rpc-worker`); `n_gpu_layers` None is 0, or every layer
-        with `rpc_servers`."""
+        with `rpc_servers`.
+
+        `clip_model_path` (or llama-cpp-python's `chat_handler=Llava15ChatHandler(clip_model_path=...)`)
+        loads a vision projector: chat messages may then hold `image_url` parts. `media_policy` says
+        where images may come from: data: URIs always; http(s) and local files only as it allows.
+        """
         set_verbose(verbose)
         self.model_path = os.fspath(model_path)
         self.verbose = verbose
@@ -103,7 +113,14 @@ class Llama:
             self._adapters[os.fspath(path)] = LoraAdapter(self.model, path)
             self._scales[os.fspath(path)] = float(scale)
         self._apply_adapters()
-        self.chat_template = chat.resolve(self.model, chat_format, chat_template)
+        handler_template = getattr(chat_handler, "chat_template", None)
+        self.chat_template = chat.resolve(self.model, chat_format, chat_template or handler_template)
+        clip_model_path = clip_model_path or getattr(chat_handler, "clip_model_path", None)
+        self.projector = Projector(self.model, clip_model_path, n_threads=n_threads) if clip_model_path else None
+        if self.projector is not None and self.projector.uses_mrope:
+            raise ValueError(f"{clip_model_path}: projectors with M-RoPE image positions (Qwen-VL) are not supported yet")
+        self.media_policy = media_policy or MediaPolicy()
+        self._embd_batch: Batch | None = None
 
     # -- model facts (methods, as in llama-cpp-python) ---------------------------------------
 
@@ -189,11 +206,17 @@ class Llama:
             self.ctx.kv_clear()
             self._cached = []
             self._cache_key = key
-        keep = 0 if logits_all else reusable_prefix(self._cached, tokens)
+        images = images_of(tokens)
+        if images and logits_all:
+            raise ValueError("logits_all is not available for prompts with images")
+        keep = 0 if logits_all else image_boundary(tokens, reusable_prefix(self._cached, tokens))
         if keep < len(self._cached) and not self.ctx.kv_remove(0, keep, -1):
             self.ctx.kv_clear()
             keep = 0
         del self._cached[keep:]
+        if images:
+            self._eval_with_images(tokens, keep, images)
+            return []
         rows: list = []
         batch, step = self._batch, self.ctx.n_batch
         for start in range(keep, len(tokens), step):
@@ -205,6 +228,26 @@ class Llama:
             if logits_all:
                 rows.extend(self.ctx.all_logits().copy())
         return rows
+
+    def _eval_with_images(self, tokens: list[int], start: int, images: dict[int, Any]) -> None:
+        """Decode tokens[start:]: text in n_batch pieces, each image from its encoding."""
+        assert self.projector is not None
+        if self._embd_batch is None:
+            self._embd_batch = Batch(self.ctx.n_batch, embd=self.projector.n_embd)
+        batch, step, pos = self._batch, self.ctx.n_batch, start
+        while pos < len(tokens):
+            chunk = images.get(pos)
+            if chunk is not None:
+                decode_image(self.ctx, self._embd_batch, self.projector, chunk, pos, 0,
+                             logits_last=pos + chunk.n_tokens == len(tokens))
+                end = pos + chunk.n_tokens
+            else:
+                end = min(len(tokens), pos + step, min((i for i in images if i > pos), default=len(tokens)))
+                batch.clear()
+                batch.add_sequence(tokens[pos:end], pos, 0, True)
+                self.ctx.decode(batch)
+            self._cached.extend(tokens[pos:end])
+            pos = end
 
     def generate(self, tokens: list[int], sampling: SamplingParams, *, max_tokens: int,
                  ignore_eos: bool = False, logits_processor: LogitsProcessor | None = None) -> Iterator[int]:
@@ -302,6 +345,8 @@ class Llama:
     def _prompt_tokens(self, prompt: str | list[int], suffix: str | None) -> list[int]:
         if suffix:
             raise ValueError("suffix (fill-in-the-middle) is not supported by this model")
+        if isinstance(prompt, MediaTokens):       # a chat prompt with images, checked when built
+            return prompt
         if isinstance(prompt, (list, tuple)):
             tokens = [int(t) for t in prompt]
             for t in tokens:

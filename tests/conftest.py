@@ -74,6 +74,14 @@ def lora_wrong_shape_path(tiny_models_dir):
 
 
 @pytest.fixture(scope="session")
+def projector_path(tiny_models_dir, tiny_spec):
+    """A tiny random "mlp" vision projector for the tiny model (16 image tokens per image)."""
+    from tiny_vision import write_projector
+
+    return write_projector(tiny_models_dir / "mmproj-tiny.gguf", tiny_spec.n_embd)
+
+
+@pytest.fixture(scope="session")
 def tiny_model(tiny_model_path):
     """The f32 tiny model, loaded once per session (read-only: do not mutate it)."""
     import llamacore

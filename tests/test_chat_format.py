@@ -170,10 +170,22 @@ def test_content_parts_are_flattened():
     assert messages[0]["content"] is parts  # caller's messages are not mutated
 
 
-def test_non_text_content_part_rejected():
+def test_image_part_without_a_projector_rejected():
     messages = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]
-    with pytest.raises(ChatTemplateError, match="image_url"):
+    with pytest.raises(ChatTemplateError, match="no vision projector"):
         render_chat(TEMPLATES["chatml"], messages)
+
+
+def test_other_content_parts_rejected():
+    messages = [{"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": "x"}}]}]
+    with pytest.raises(ChatTemplateError, match="input_audio"):
+        render_chat(TEMPLATES["chatml"], messages)
+
+
+def test_image_parts_become_the_marker_without_newlines():
+    messages = [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "image_url", "image_url": "u"},
+                                             {"type": "text", "text": "b"}, {"type": "text", "text": "c"}]}]
+    assert "a<M>b\nc" in render_chat(TEMPLATES["chatml"], messages, media_marker="<M>")
 
 
 # --- jinja environment behaviour ----------------------------------------------

@@ -92,6 +92,30 @@ cdef class Batch:
         self.b.logits[i] = logits
         self.b.n_tokens = i + 1
 
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
+    def add_embeddings(self, rows, int pos0, int seq_id=0, bint logits_last=False):
+        """Append the rows of a 2-D array (n, embd) at positions pos0, pos0+1, ... of one sequence;
+        output for the last row when `logits_last`."""
+        if self.b.embd == NULL:
+            raise TypeError("this is a token batch; create Batch(capacity, embd=N) for embeddings")
+        cdef const float[:, ::1] values = np.ascontiguousarray(rows, dtype=np.float32)
+        cdef Py_ssize_t n = values.shape[0], k
+        cdef int i = self.b.n_tokens
+        if values.shape[1] != self.embd:
+            raise ValueError(f"embedding rows have {values.shape[1]} values, expected {self.embd}")
+        if i + n > self.capacity:
+            raise IndexError(f"{n} rows do not fit: batch holds {i} of {self.capacity}")
+        if n == 0:
+            return
+        memcpy(&self.b.embd[i * self.embd], &values[0, 0], n * self.embd * sizeof(float))
+        for k in range(n):
+            self.b.pos[i + k] = pos0 + k
+            self.b.n_seq_id[i + k] = 1
+            self.b.seq_id[i + k][0] = seq_id
+            self.b.logits[i + k] = logits_last and k == n - 1
+        self.b.n_tokens = i + n
+
     def set_logits(self, int index, bint value=True):
         """Request (or drop) the output row of token `index`."""
         if not 0 <= index < self.b.n_tokens:

@@ -69,6 +69,7 @@ cdef void _log_callback(ggml.ggml_log_level level, const char * text, void * use
 
 cdef _install_log_callback():
     llama.llama_log_set(_log_callback, NULL)
+    mtmd.mtmd_helper_log_set(_log_callback, NULL)      # libmtmd (projectors) logs on its own
 
 
 def set_verbose(bint verbose):

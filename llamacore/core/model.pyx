@@ -141,6 +141,10 @@ cdef class Model:
     @property
     def n_embd(self): return llama.llama_model_n_embd(self.ptr)
     @property
+    def n_embd_inp(self):
+        """Width of an input embedding row (what a multimodal projector must produce)."""
+        return llama.llama_model_n_embd_inp(self.ptr)
+    @property
     def n_embd_out(self): return llama.llama_model_n_embd_out(self.ptr)
     @property
     def n_layer(self): return llama.llama_model_n_layer(self.ptr)

@@ -197,6 +197,7 @@ cdef extern from "llama.h" nogil:
     const llama_vocab * llama_model_get_vocab(const llama_model * model)
     int32_t llama_model_n_ctx_train(const llama_model * model)
     int32_t llama_model_n_embd(const llama_model * model)
+    int32_t llama_model_n_embd_inp(const llama_model * model)
     int32_t llama_model_n_embd_out(const llama_model * model)
     int32_t llama_model_n_layer(const llama_model * model)
     int32_t llama_model_n_head(const llama_model * model)

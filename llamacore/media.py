@@ -1,0 +1,336 @@
+"""Safe loading of chat images: the `url` of an OpenAI `image_url` content part to encoded image bytes.
+
+Requests are untrusted, so unlike llama-cpp-python (any URL to `urlopen`, no timeout, no size limit, `file://`
+allowed) data: URIs are the default, http(s) needs `allow_remote`, files need `allowed_dirs`, all bounded; the
+format and pixel count are checked from the header before any decoder sees the bytes.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import http.client
+import os
+import re
+import socket
+import ssl
+import stat
+import struct
+import threading
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from email.message import Message
+from typing import IO, Any
+
+
+class MediaError(ValueError):
+    """An image was refused; the message says why and what to change (the server answers HTTP 400)."""
+
+
+@dataclass(frozen=True)
+class MediaPolicy:
+    """Where images may come from and how big they may be."""
+
+    allow_remote: bool = False
+    max_bytes: int = 20 * 1024 * 1024
+    timeout: float = 10.0  # seconds for a remote fetch: connect plus the whole read
+    allowed_dirs: tuple[str, ...] = ()
+    max_pixels: int = 50_000_000  # width*height; guards decoders against decompression bombs
+    max_images: int = 8           # images in one request
+
+
+_DATA_URI = re.compile(r"data:image/([a-z0-9][a-z0-9.+-]*);base64,(.*)", re.IGNORECASE | re.DOTALL)
+_SCHEME = re.compile(r"([a-z][a-z0-9+.-]+):", re.IGNORECASE)  # 2+ chars, so "C:\x.png" stays a path
+_UNSUPPORTED = "unsupported image format: only PNG, JPEG, GIF and BMP are accepted"
+
+
+def load_image(url: str, policy: MediaPolicy) -> bytes:
+    """The checked bytes of the image that `url` names (data: URI, http(s) URL, file:// URL or path)."""
+    if not isinstance(url, str) or not url.strip():
+        raise MediaError("image URL is empty: send a data:image/<type>;base64,... URI")
+    url = url.strip()
+    scheme_match = _SCHEME.match(url)
+    scheme = scheme_match.group(1).lower() if scheme_match else ""
+    if scheme == "data":
+        data = _load_data_uri(url, policy)
+    elif scheme in ("http", "https"):
+        data = _load_remote(url, policy)
+    elif scheme == "file":
+        parts = urllib.parse.urlsplit(url)
+        if parts.netloc not in ("", "localhost"):
+            raise MediaError(f"file:// URL with a remote host is not supported: {url!r}")
+        data = _load_local(urllib.request.url2pathname(parts.path), url, policy)
+    elif scheme:
+        raise MediaError(f"unsupported image URL scheme {scheme!r}: use a data:image/<type>;base64,... URI")
+    else:
+        data = _load_local(url, url, policy)
+    check_image(data, policy)
+    return data
+
+
+def _too_big(n: int, policy: MediaPolicy) -> MediaError:
+    return MediaError(f"image is larger than the limit of {policy.max_bytes} bytes ({n} bytes or more)")
+
+
+def _load_data_uri(url: str, policy: MediaPolicy) -> bytes:
+    match = _DATA_URI.fullmatch(url)
+    if match is None:
+        raise MediaError("invalid data URI: expected data:image/<type>;base64,<data>")
+    payload = "".join(match.group(2).split())
+    least = len(payload) // 4 * 3 - 2  # the fewest bytes valid base64 of this length decodes to
+    if least > policy.max_bytes:
+        raise _too_big(least, policy)
+    try:
+        data = base64.b64decode(payload, validate=True)
+    except (binascii.Error, ValueError):
+        raise MediaError("invalid data URI: the image data is not valid base64") from None
+    if len(data) > policy.max_bytes:
+        raise _too_big(len(data), policy)
+    return data
+
+
+class _HttpOnlyRedirects(urllib.request.HTTPRedirectHandler):
+    """Follows redirects only to http(s): a server must not bounce us to file:, ftp: and the like."""
+
+    def http_error_302(
+        self, req: urllib.request.Request, fp: IO[bytes], code: int, msg: str, headers: Message
+    ) -> Any:
+        location = headers.get("location") or headers.get("uri")
+        if location is not None:
+            target = urllib.parse.urljoin(req.full_url, location)
+            if urllib.parse.urlsplit(target).scheme.lower() not in ("http", "https"):
+                fp.close()
+                raise MediaError(f"image URL redirected to a non-http(s) URL, refused: {target!r}")
+        return super().http_error_302(req, fp, code, msg, headers)  # type: ignore[arg-type]
+
+    http_error_301 = http_error_303 = http_error_307 = http_error_308 = http_error_302
+
+
+class _Watchdog:
+    """Shuts a fetch's sockets down at its deadline: per-read timeouts alone let a server trickle forever."""
+
+    def __init__(self, seconds: float) -> None:
+        self.sockets: list[socket.socket] = []
+        self.expired = False
+        self.timer = threading.Timer(seconds, self._expire)
+        self.timer.daemon = True
+
+    def _expire(self) -> None:
+        self.expired = True
+        for sock in self.sockets:
+            self._shutdown(sock)
+
+    def _shutdown(self, sock: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)  # wakes a blocked recv, unlike close()
+
+    def connection(self, base: type[http.client.HTTPConnection]) -> type[http.client.HTTPConnection]:
+        watchdog = self
+
+        class Connection(base):  # type: ignore[valid-type,misc]
+            def connect(self) -> None:
+                super().connect()
+                watchdog.sockets.append(self.sock)
+                if watchdog.expired:
+                    watchdog._shutdown(self.sock)
+
+        return Connection
+
+    def opener(self) -> urllib.request.OpenerDirector:
+        """http(s) only: no file:, ftp: or data: handlers at all."""
+        watchdog, context = self, ssl.create_default_context()
+
+        class Http(urllib.request.HTTPHandler):
+            def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+                return self.do_open(watchdog.connection(http.client.HTTPConnection), req)
+
+        class Https(urllib.request.HTTPSHandler):
+            def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+                return self.do_open(watchdog.connection(http.client.HTTPSConnection), req, context=context)
+
+        opener = urllib.request.OpenerDirector()
+        for handler in (urllib.request.ProxyHandler(), Http(), Https(context=context), _HttpOnlyRedirects(),
+                        urllib.request.HTTPDefaultErrorHandler(), urllib.request.HTTPErrorProcessor()):
+            opener.add_handler(handler)
+        return opener
+
+
+def _load_remote(url: str, policy: MediaPolicy) -> bytes:
+    if not policy.allow_remote:
+        raise MediaError("remote image URLs are disabled; send the image as a data:image/<type>;base64,... "
+                         "URI (or enable remote images in the server configuration)")
+    watchdog = _Watchdog(policy.timeout)
+    request = urllib.request.Request(url, headers={"User-Agent": "llamacore", "Accept": "image/*"})
+    watchdog.timer.start()
+    try:
+        with watchdog.opener().open(request, timeout=policy.timeout) as response:
+            length = response.headers.get("Content-Length")
+            if length is not None and length.isdigit() and int(length) > policy.max_bytes:
+                raise _too_big(int(length), policy)
+            data = response.read(policy.max_bytes + 1)
+        if watchdog.expired:  # the shutdown looks like the end of the body
+            raise TimeoutError
+        if len(data) > policy.max_bytes:
+            raise _too_big(len(data), policy)
+        return data
+    except MediaError:
+        raise
+    except (OSError, http.client.HTTPException, ValueError) as err:
+        reason = err.reason if isinstance(err, urllib.error.URLError) else err
+        if watchdog.expired or isinstance(reason, TimeoutError):
+            raise MediaError(f"image download timed out after {policy.timeout:g} s: {url}") from None
+        if isinstance(err, urllib.error.HTTPError):
+            err.close()
+            raise MediaError(f"image download failed with HTTP status {err.code}: {url}") from None
+        raise MediaError(f"could not download image from {url}: {reason}") from None
+    finally:
+        watchdog.timer.cancel()
+
+
+def _load_local(path: str, shown: str, policy: MediaPolicy) -> bytes:
+    if not policy.allowed_dirs:
+        raise MediaError("local image paths are not allowed; send the image as a "
+                         "data:image/<type>;base64,... URI")
+    try:
+        real = os.path.realpath(path)  # resolves symlinks, so a link cannot point out of the allowed folders
+        roots = [os.path.realpath(d) for d in policy.allowed_dirs]
+        inside = any(os.path.commonpath([root, real]) == root for root in roots)
+    except ValueError:  # NUL byte, different Windows drives
+        inside = False
+    if not inside:
+        raise MediaError(f"image path {shown!r} is outside the allowed media folders")
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(real, flags)  # non-blocking: a FIFO must not hang us; regular files are checked below
+    except FileNotFoundError:
+        raise MediaError(f"image file not found: {shown!r}") from None
+    except OSError as err:
+        raise MediaError(f"could not open image file {shown!r}: {err.strerror}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise MediaError(f"image path {shown!r} is not a regular file")
+        if info.st_size > policy.max_bytes:
+            raise _too_big(info.st_size, policy)
+        with open(fd, "rb", closefd=False) as file:
+            data = file.read(policy.max_bytes + 1)  # the file may have grown since fstat
+    finally:
+        os.close(fd)
+    if len(data) > policy.max_bytes:
+        raise _too_big(len(data), policy)
+    return data
+
+
+def sniff_format(data: bytes) -> str:
+    """The image format by its magic bytes; anything but PNG, JPEG, GIF and BMP is refused."""
+    if data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "png"
+    if data.startswith(b"\xff\xd8\xff"):
+        return "jpeg"
+    if data.startswith((b"GIF87a", b"GIF89a")):
+        return "gif"
+    if data.startswith(b"BM"):
+        return "bmp"
+    raise MediaError(_UNSUPPORTED)
+
+
+def image_size(data: bytes, fmt: str) -> tuple[int, int]:
+    """(width, height) from the header alone, so huge images are refused before decoding."""
+    try:
+        if fmt == "png":
+            if data[12:16] != b"IHDR":
+                raise struct.error
+            return struct.unpack_from(">II", data, 16)
+        if fmt == "gif":
+            return struct.unpack_from("<HH", data, 6)
+        if fmt == "bmp":
+            (header_size,) = struct.unpack_from("<I", data, 14)
+            if header_size == 12:  # BITMAPCOREHEADER: 16-bit unsigned
+                return struct.unpack_from("<HH", data, 18)
+            if header_size < 16:
+                raise struct.error
+            width, height = struct.unpack_from("<ii", data, 18)
+            if width < 0:
+                raise struct.error
+            return width, abs(height)  # negative height: rows stored top-down
+        if fmt == "jpeg":
+            return _jpeg_size(data)
+    except struct.error:
+        raise MediaError(f"{fmt.upper()} image is truncated or corrupt") from None
+    raise MediaError(_UNSUPPORTED)
+
+
+def _jpeg_size(data: bytes) -> tuple[int, int]:
+    """Walks the JPEG markers to the first start-of-frame (SOF0..SOF15 but DHT C4, JPG C8, DAC CC)."""
+    i = 2
+    while True:
+        if i >= len(data) or data[i] != 0xFF:
+            raise struct.error
+        while i < len(data) and data[i] == 0xFF:  # fill bytes
+            i += 1
+        if i >= len(data):
+            raise struct.error
+        marker = data[i]
+        if marker == 0x01 or 0xD0 <= marker <= 0xD8:  # standalone markers: TEM, RSTn, SOI
+            i += 1
+            continue
+        if marker in (0xD9, 0xDA):  # end of image or scan data before any frame header
+            raise struct.error
+        (length,) = struct.unpack_from(">H", data, i + 1)
+        if length < 2:
+            raise struct.error
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+            height, width = struct.unpack_from(">HH", data, i + 4)  # after length and sample precision
+            return width, height
+        i += 1 + length
+
+
+def check_image(data: bytes, policy: MediaPolicy) -> str:
+    """The format of `data`, after refusing unknown formats, bad headers, empty, oversize and huge images."""
+    if len(data) > policy.max_bytes:
+        raise _too_big(len(data), policy)
+    fmt = sniff_format(data)
+    width, height = image_size(data, fmt)
+    if width == 0 or height == 0:
+        raise MediaError(f"{fmt.upper()} image has a zero dimension ({width}x{height})")
+    if width * height > policy.max_pixels:
+        raise MediaError(f"image is {width}x{height} pixels, over the limit of {policy.max_pixels} pixels")
+    if not _complete(data, fmt):
+        raise MediaError(f"{fmt.upper()} image is truncated (its data ends before its end marker)")
+    return fmt
+
+
+def _complete(data: bytes, fmt: str) -> bool:
+    """Whether the file reaches its format's end: stb_image decodes a cut-off JPEG or GIF without
+    complaint, filling the missing part with grey."""
+    tail = data.rstrip(b"\0")        # some writers pad the end
+    if fmt == "png":
+        return b"IEND" in data[-64:]
+    if fmt == "jpeg":
+        return tail.endswith(b"\xff\xd9")
+    if fmt == "gif":
+        return tail.endswith(b"\x3b")
+    declared = struct.unpack_from("<I", data, 2)[0]      # BMP: the file size its header records
+    return declared == 0 or len(data) >= declared
+
+
+def image_urls(messages: Iterable[Any]) -> list[str]:
+    """The URLs of the `image_url` content parts of OpenAI chat messages, in order (str or {"url": ...})."""
+    urls: list[str] = []
+    for message in messages:
+        content = message.get("content") if isinstance(message, Mapping) else None
+        if not isinstance(content, list):
+            continue
+        for part in content:
+            if not isinstance(part, Mapping) or part.get("type") != "image_url":
+                continue
+            value = part.get("image_url")
+            url = value.get("url") if isinstance(value, Mapping) else value
+            if not isinstance(url, str) or not url:
+                raise MediaError('image_url content part has no url: expected {"image_url": {"url": "..."}}')
+            urls.append(url)
+    return urls

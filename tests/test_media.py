@@ -1,0 +1,336 @@
+"""llamacore.media: image URLs to checked bytes, against real images (Pillow), a real loopback HTTP server and
+real files; every refusal is a MediaError."""
+
+from __future__ import annotations
+
+import base64
+import io
+import os
+import struct
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import ClassVar
+
+import pytest
+from PIL import Image
+
+from llamacore.media import (
+    MediaError,
+    MediaPolicy,
+    check_image,
+    image_size,
+    image_urls,
+    load_image,
+    sniff_format,
+)
+
+FORMATS = {"png": "PNG", "jpeg": "JPEG", "gif": "GIF", "bmp": "BMP"}
+
+
+def encode(fmt: str, size: tuple[int, int] = (7, 5), **options) -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", size, (200, 30, 90)).save(out, format=fmt, **options)
+    return out.getvalue()
+
+
+def data_uri(data: bytes, mime: str = "image/png") -> str:
+    return f"data:{mime};base64,{base64.b64encode(data).decode()}"
+
+
+PNG = encode("PNG")
+
+
+def png_claiming(width: int, height: int) -> bytes:
+    """A real PNG whose IHDR is patched to claim another size (the CRC is not checked by a header parser)."""
+    return PNG[:16] + struct.pack(">II", width, height) + PNG[24:]
+
+
+# -- formats and header sizes ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_sniff_and_size_of_real_images(fmt):
+    data = encode(FORMATS[fmt])
+    assert sniff_format(data) == fmt
+    assert image_size(data, fmt) == (7, 5)
+    assert check_image(data, MediaPolicy()) == fmt
+
+
+def test_progressive_jpeg_and_top_down_bmp():
+    assert image_size(encode("JPEG", (9, 4), progressive=True), "jpeg") == (9, 4)  # SOF2, after DHT (C4)
+    bmp = encode("BMP")
+    top_down = bmp[:22] + struct.pack("<i", -5) + bmp[26:]
+    assert image_size(top_down, "bmp") == (7, 5)
+
+
+@pytest.mark.parametrize("data", [
+    encode("WEBP"), encode("TIFF"), b"", b"<svg xmlns='http://www.w3.org/2000/svg'/>", b"<html></html>",
+    b"\x89PN",
+])
+def test_other_formats_are_refused(data):
+    with pytest.raises(MediaError, match="only PNG, JPEG, GIF and BMP"):
+        sniff_format(data)
+    with pytest.raises(MediaError, match="unsupported image format"):
+        check_image(data, MediaPolicy())
+
+
+@pytest.mark.parametrize(("fmt", "data"), [
+    ("png", PNG[:20]), ("png", PNG[:12] + b"IDAT" + PNG[16:]), ("jpeg", encode("JPEG")[:20]),
+    ("jpeg", b"\xff\xd8\xff"), ("jpeg", b"\xff\xd8\xff\xd9"), ("gif", b"GIF89a\x07"),
+    ("bmp", encode("BMP")[:20]),
+])
+def test_truncated_or_corrupt_headers(fmt, data):
+    with pytest.raises(MediaError, match=f"{fmt.upper()} image is truncated or corrupt"):
+        image_size(data, fmt)
+
+
+def test_pixel_limit_is_checked_from_the_header():
+    bomb = png_claiming(20000, 20000)
+    assert image_size(bomb, "png") == (20000, 20000)
+    with pytest.raises(MediaError, match="20000x20000 pixels, over the limit"):
+        check_image(bomb, MediaPolicy())
+    assert check_image(bomb, MediaPolicy(max_pixels=400_000_000)) == "png"
+    with pytest.raises(MediaError, match="zero dimension"):
+        check_image(png_claiming(0, 5), MediaPolicy())
+    with pytest.raises(MediaError, match="larger than the limit of 10 bytes"):
+        check_image(PNG, MediaPolicy(max_bytes=10))
+
+
+# -- data: URIs -------------------------------------------------------------------------------
+
+
+def test_data_uris_accepted():
+    assert load_image(data_uri(PNG), MediaPolicy()) == PNG
+    jpeg = encode("JPEG")
+    assert load_image(data_uri(jpeg, "IMAGE/JPEG").replace("data:", "DATA:").replace("base64", "BASE64"),
+                      MediaPolicy()) == jpeg
+    text = base64.b64encode(PNG).decode()
+    wrapped = "data:image/png;base64," + "\n".join(text[i:i + 20] for i in range(0, len(text), 20))
+    assert load_image(wrapped, MediaPolicy()) == PNG
+
+
+@pytest.mark.parametrize(("url", "message"), [
+    (data_uri(b"<script>alert(1)</script>", "text/html"), "invalid data URI"),
+    (data_uri(PNG, "application/octet-stream"), "invalid data URI"),
+    ("data:image/png," + PNG.decode("latin-1"), "invalid data URI"),
+    ("data:image/png;charset=utf-8," + base64.b64encode(PNG).decode(), "invalid data URI"),
+    ("data:image/png;base64,iVBORw0KGgo!!!!", "not valid base64"),
+    ("data:image/png;base64,iVBORw0KGgo", "not valid base64"),  # bad padding
+    ("data:image/png;base64,iVBOR\u00e9w0KGgo=", "not valid base64"),
+    ("data:image/png;base64,", "unsupported image format"),
+    (data_uri(encode("WEBP"), "image/webp"), "unsupported image format"),
+    (base64.b64encode(PNG).decode(), "local image paths are not allowed"),  # raw base64, no data: prefix
+    ("", "image URL is empty"),
+    ("ftp://example.com/cat.png", "unsupported image URL scheme 'ftp'"),
+    ("javascript:alert(1)", "unsupported image URL scheme"),
+])
+def test_bad_data_uris_and_schemes(url, message):
+    with pytest.raises(MediaError, match=message):
+        load_image(url, MediaPolicy())
+
+
+def test_data_uri_size_limit():
+    with pytest.raises(MediaError, match="larger than the limit of 20 bytes"):
+        load_image(data_uri(PNG), MediaPolicy(max_bytes=20))
+    huge = "data:image/png;base64," + "A" * 40_000_000  # refused from its length, before decoding
+    start = time.monotonic()
+    with pytest.raises(MediaError, match="larger than the limit"):
+        load_image(huge, MediaPolicy(max_bytes=1000))
+    assert time.monotonic() - start < 2
+
+
+# -- http(s) ------------------------------------------------------------------------------------
+
+BIG = PNG + b"\0" * 5000
+
+
+class Handler(BaseHTTPRequestHandler):
+    hits: ClassVar[list[str]] = []
+
+    def log_message(self, *args):
+        pass
+
+    def send(self, status: int, body: bytes = b"", length: bool = True, **headers: str) -> None:
+        self.send_response(status)
+        for name, value in headers.items():
+            self.send_header(name.replace("_", "-"), value)
+        if length:
+            self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        self.hits.append(self.path)
+        try:
+            if self.path == "/cat.png":
+                self.send(200, PNG, Content_Type="image/png")
+            elif self.path == "/page":
+                self.send(200, b"<html>not an image</html>", Content_Type="text/html")
+            elif self.path == "/big":
+                self.send(200, BIG)
+            elif self.path == "/big-unsized":  # no Content-Length: the read itself must stop
+                self.send(200, BIG, length=False)
+            elif self.path == "/slow":
+                time.sleep(1.5)
+                self.send(200, PNG)
+            elif self.path == "/trickle":  # one byte every 0.1 s: no single read times out
+                self.send(200, length=False, Content_Length=str(len(PNG)))
+                for byte in PNG:
+                    time.sleep(0.1)
+                    self.wfile.write(bytes([byte]))
+            elif self.path == "/trickle-headers":
+                self.wfile.write(b"HTTP/1.0 200 OK\r\nX-Slow: ")
+                for _ in range(30):
+                    time.sleep(0.1)
+                    self.wfile.write(b"a")
+            elif self.path == "/stall":  # part of the body, then silence longer than the timeout
+                self.send(200, length=False, Content_Length=str(len(PNG)))
+                self.wfile.write(PNG[:10])
+                time.sleep(0.3)
+                self.wfile.write(PNG[10:20])
+                time.sleep(1.5)
+            elif self.path == "/to-file":
+                self.send(302, Location="file:///etc/passwd")
+            elif self.path == "/to-ftp":
+                self.send(301, Location="ftp://127.0.0.1/cat.png")
+            elif self.path == "/to-cat":
+                self.send(307, Location="/cat.png")
+            else:
+                self.send(404, b"not found")
+        except OSError:  # the client gave up
+            pass
+
+
+@pytest.fixture(scope="module")
+def server():
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+REMOTE = MediaPolicy(allow_remote=True, timeout=0.5, max_bytes=1000)
+
+
+def test_remote_refused_by_default(server):
+    Handler.hits.clear()
+    for url in (f"{server}/cat.png", "HTTPS://127.0.0.1:1/cat.png"):
+        with pytest.raises(MediaError, match="remote image URLs are disabled"):
+            load_image(url, MediaPolicy())
+    assert Handler.hits == []
+
+
+def test_remote_served_and_redirected_within_http(server):
+    assert load_image(f"{server}/cat.png", REMOTE) == PNG
+    assert load_image(f"{server}/to-cat", REMOTE) == PNG
+
+
+@pytest.mark.parametrize(("path", "message"), [
+    ("/nope", "HTTP status 404"),
+    ("/page", "unsupported image format"),
+    ("/big", "larger than the limit of 1000 bytes"),
+    ("/big-unsized", "larger than the limit of 1000 bytes"),
+    ("/to-file", "redirected to a non-http\\(s\\) URL, refused: 'file:///etc/passwd'"),
+    ("/to-ftp", "redirected to a non-http\\(s\\) URL"),
+])
+def test_remote_refusals(server, path, message):
+    with pytest.raises(MediaError, match=message):
+        load_image(server + path, REMOTE)
+
+
+@pytest.mark.parametrize("path", ["/slow", "/trickle", "/trickle-headers", "/stall"])
+def test_remote_deadline(server, path):
+    start = time.monotonic()
+    with pytest.raises(MediaError, match="timed out after 0.5 s"):
+        load_image(server + path, REMOTE)
+    assert time.monotonic() - start < 0.8  # the whole fetch, not each read
+
+
+def test_remote_connection_errors(server):
+    port = int(server.rsplit(":", 1)[1])
+    with pytest.raises(MediaError, match="could not download image"):
+        load_image("http://127.0.0.1:1/cat.png", REMOTE)  # nothing listens on port 1
+    with pytest.raises(MediaError, match="could not download image"):
+        load_image(f"http://127.0.0.1:{port}x/cat.png", REMOTE)
+
+
+# -- local files ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def folders(tmp_path):
+    media, outside = tmp_path / "media", tmp_path / "outside"
+    media.mkdir()
+    outside.mkdir()
+    (media / "cat.png").write_bytes(PNG)
+    (outside / "secret.png").write_bytes(PNG)
+    return media, outside
+
+
+def test_local_files_inside_allowed_dirs(folders, tmp_path):
+    media, _ = folders
+    policy = MediaPolicy(allowed_dirs=(str(media),))
+    assert load_image(str(media / "cat.png"), policy) == PNG
+    assert load_image((media / "cat.png").as_uri(), policy) == PNG
+    assert load_image(f"file://localhost{media / 'cat.png'}", policy) == PNG
+    (tmp_path / "alias").symlink_to(media)  # an allowed folder given through a symlink
+    assert load_image(str(media / "cat.png"), MediaPolicy(allowed_dirs=(str(tmp_path / "alias"),))) == PNG
+
+
+def test_local_files_refused(folders, tmp_path):
+    media, outside = folders
+    policy = MediaPolicy(allowed_dirs=(str(media),))
+    (media / "link.png").symlink_to(outside / "secret.png")
+    (tmp_path / "media2").mkdir()  # shares the prefix "media" but is another folder
+    (tmp_path / "media2" / "x.png").write_bytes(PNG)
+    for path in (outside / "secret.png", media / "link.png", media / ".." / "outside" / "secret.png",
+                 tmp_path / "media2" / "x.png", outside / "missing.png", "/etc/passwd"):
+        for url in (str(path), f"file://{path}"):
+            with pytest.raises(MediaError, match="is outside the allowed media folders"):
+                load_image(url, policy)
+    with pytest.raises(MediaError, match="local image paths are not allowed"):
+        load_image(str(media / "cat.png"), MediaPolicy())
+    with pytest.raises(MediaError, match="local image paths are not allowed"):
+        load_image((media / "cat.png").as_uri(), MediaPolicy())
+    with pytest.raises(MediaError, match="image file not found"):
+        load_image(str(media / "missing.png"), policy)
+    with pytest.raises(MediaError, match="not a regular file"):
+        load_image(str(media), policy)
+    with pytest.raises(MediaError, match="larger than the limit of 10 bytes"):
+        load_image(str(media / "cat.png"), MediaPolicy(allowed_dirs=(str(media),), max_bytes=10))
+    with pytest.raises(MediaError, match="remote host"):
+        load_image(f"file://example.com{media / 'cat.png'}", policy)
+    with pytest.raises(MediaError, match="outside the allowed"):
+        load_image(str(media / "cat.png") + "\0", policy)
+
+
+def test_fifo_inside_allowed_dir_does_not_hang(folders):
+    media, _ = folders
+    os.mkfifo(media / "pipe.png")
+    with pytest.raises(MediaError, match="not a regular file"):
+        load_image(str(media / "pipe.png"), MediaPolicy(allowed_dirs=(str(media),)))
+
+
+# -- messages ------------------------------------------------------------------------------------
+
+
+def test_image_urls_of_messages():
+    messages = [
+        {"role": "system", "content": "You look at pictures."},
+        {"role": "user", "content": [
+            {"type": "text", "text": "Compare"},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA", "detail": "low"}},
+            {"type": "image_url", "image_url": "https://example.com/b.png"},
+        ]},
+        {"role": "assistant", "content": None},
+        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "c.png"}}]},
+    ]
+    assert image_urls(messages) == ["data:image/png;base64,AAAA", "https://example.com/b.png", "c.png"]
+    assert image_urls([{"role": "user", "content": "no images"}]) == []
+    for part in ({"type": "image_url"}, {"type": "image_url", "image_url": {}},
+                 {"type": "image_url", "image_url": {"url": 3}}, {"type": "image_url", "image_url": ""}):
+        with pytest.raises(MediaError, match="has no url"):
+            image_urls([{"role": "user", "content": [part]}])
