@@ -18,6 +18,7 @@ if str(ROOT) not in sys.path:  # llamacore is built in place in the checkout, no
 if str(ROOT / "tests") not in sys.path:  # the tiny-model writer is test tooling, not part of llamacore
     sys.path.append(str(ROOT / "tests"))
 from tiny_models import TinyModelSpec, write_lora, write_model
+from tiny_vision import image_bytes, pattern_image, write_projector
 
 CACHE = Path(__file__).resolve().parent / ".cache" / "models"
 
@@ -33,6 +34,12 @@ SPECS: dict[str, TinyModelSpec] = {
                          dtype="f16", name="bench-mid"),
 }
 DTYPES = ("f16", "q8_0", "q4_0")
+
+# The vision projector for a text model (its output width is the model's n_embd): LLaVA-1.5's "mlp"
+# type at its real image geometry (336 px, 14 px patches: 576 image tokens) with a narrower ViT
+# (6 blocks of width 256, ~19M parameters), so that encoding takes tens of ms on 2 cores.
+PROJECTOR = {"width": 256, "n_head": 4, "n_ff": 1024, "n_block": 6, "n_hidden": 256,
+             "image_size": 336, "patch_size": 14}
 
 
 def _log(msg: str) -> None:
@@ -76,6 +83,31 @@ def ensure_loras(size: str, count: int = 4, rank: int = 4) -> dict[str, Path]:
             tmp.replace(path)
         out[f"l{k}"] = path
     return out
+
+
+def ensure_projector(size: str) -> Path:
+    """An mmproj GGUF (PROJECTOR's shape) for the SPECS[size] model, cached next to the models."""
+    g = PROJECTOR
+    path = CACHE / f"{size}-mmproj-{g['image_size']}p{g['patch_size']}-w{g['width']}x{g['n_block']}.gguf"
+    if not path.is_file():
+        CACHE.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        _log(f"writing {path.name}")
+        write_projector(tmp, SPECS[size].n_embd, **PROJECTOR)
+        tmp.replace(path)
+    return path
+
+
+def ensure_image() -> Path:
+    """A deterministic PNG at the projector's image size (no resizing before encoding)."""
+    size = PROJECTOR["image_size"]
+    path = CACHE / f"image-{size}.png"
+    if not path.is_file():
+        CACHE.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_bytes(image_bytes(pattern_image(0, size)))
+        tmp.replace(path)
+    return path
 
 
 if __name__ == "__main__":

@@ -146,6 +146,14 @@ def rpc_rows(rpc: dict) -> list[Row]:
     return rows
 
 
+def vision_rows(vis: dict) -> list[Row]:
+    """Encode + decode of one image, and its two parts, against llama-mtmd-cli's own log lines."""
+    best = vis["summary"].get("quiet") or vis["summary"]["all"]
+    med, n = best["median_s"], vis["settings"]["image_tokens"]
+    return [(f"one image ({n} tokens): {label}", med["ours"][part], "llama-mtmd-cli", med["peer"][part], "ms")
+            for part, label in (("total", "encode + decode"), ("encode", "encode"), ("decode", "decode"))]
+
+
 def lora_switch_rows(sw: dict) -> list[Row]:
     served, inproc = sw["served"]["median_s"], sw["in_process"]["median_s"]
     ours, peer = served["llamaserve-lora"], served["llama-server-lora"]
@@ -228,6 +236,8 @@ def headline(results: dict) -> list[Row]:
         rows += prefix_rows(pre)
     if sw := _result(results, "lora_switch"):
         rows += lora_switch_rows(sw)[1:2] + lora_switch_rows(sw)[-1:]
+    if vis := _result(results, "vision"):
+        rows += vision_rows(vis)[:1]
     rows += [r for r in load_rows(results) if r[0] in ("cold load + first token", "model switch: TTFT, model not loaded")]
     if rss := _result(results, "rss_idle"):
         rows += rss_rows(rss)[-2:]
@@ -270,11 +280,15 @@ def write(results: dict, json_path: Path) -> Path:
         ("isolation", "Process isolation (ours) vs thread (peer): throughput, TTFT, cold load, memory",
          isolation_rows, ""),
         ("rpc", "A model split across two loopback RPC workers", rpc_rows, ""),
+        ("vision", "Image prompt processing (encode + decode) vs llama-mtmd-cli", vision_rows, "lower"),
         ("rss_idle", "Server memory (RSS) before load, loaded, after idle unload", rss_rows, "lower"),
     ]
     for case, title, rows, better in sections:
         if res := _result(results, case):
             lines += [f"## {title}", "", *table(rows(res), better), ""]
+            if case == "vision":
+                lines += [f"Peer / ours (encode + decode, {res['which']}): **{res['ratio_peer_over_ours']:.3f}** "
+                          f"(target >= {res['target']}; a time, so above 1 means we are faster).", ""]
             if case in images:
                 lines += [f"![{title}]({images.pop(case).name})", ""]
     if rows := load_rows(results):

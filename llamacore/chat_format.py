@@ -286,6 +286,17 @@ _COMMAND_R = (      # Cohere Command-R / R+ (no tool role: tool results are user
     "{%- endfor -%}" + _GEN_PROMPT.replace("PROMPT", "'<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>'")
 )
 
+# LLaVA-1.5's "USER: ... ASSISTANT:" turns (an image sits in the user text where it was sent)
+_LLAVA_15 = (
+    "{%- for message in messages -%}"
+    "{%- if message.role == 'system' -%}{{ message.content }}"
+    "{%- elif message.role == 'user' -%}{{ '\nUSER: ' + message.content }}"
+    "{%- elif message.role == 'assistant' -%}{{ '\nASSISTANT: ' + message.content + eos_token }}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{ '\nASSISTANT: ' }}{%- endif -%}"
+)
+
 TEMPLATES: Mapping[str, str] = MappingProxyType({
     "chatml": _CHATML,
     "llama-2": _LLAMA_2,
@@ -297,6 +308,7 @@ TEMPLATES: Mapping[str, str] = MappingProxyType({
     "vicuna": _VICUNA,
     "alpaca": _ALPACA,
     "command-r": _COMMAND_R,
+    "llava-1-5": _LLAVA_15,
 })
 
 

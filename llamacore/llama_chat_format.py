@@ -10,18 +10,11 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["LLAVA_15_TEMPLATE", "Llava15ChatHandler", "MTMDChatHandler"]
+from llamacore.chat_format import TEMPLATES
 
-# LLaVA-1.5's "USER: ... ASSISTANT:" turns (images are in the user text where they were sent)
-LLAVA_15_TEMPLATE = (
-    "{%- for message in messages -%}"
-    "{%- if message.role == 'system' -%}{{ message.content }}"
-    "{%- elif message.role == 'user' -%}{{ '\nUSER: ' + message.content }}"
-    "{%- elif message.role == 'assistant' -%}{{ '\nASSISTANT: ' + message.content + eos_token }}"
-    "{%- endif -%}"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}{{ '\nASSISTANT: ' }}{%- endif -%}"
-)
+LLAVA_15_TEMPLATE = TEMPLATES["llava-1-5"]
+
+__all__ = ["LLAVA_15_TEMPLATE", "Llava15ChatHandler", "MTMDChatHandler"]
 
 
 class MTMDChatHandler:

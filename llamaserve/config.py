@@ -17,6 +17,7 @@ from types import MappingProxyType
 from typing import Any
 
 from llamacore.chat_format import TEMPLATES
+from llamacore.media import MediaPolicy
 from llamaserve.config_adapters import (
     adapter_list,
     check_adapter_file,
@@ -161,6 +162,7 @@ def parse_config(data: dict, source: Path | None, base_dir: Path) -> ServerConfi
     if problems:
         raise ConfigError(list(problems))
 
+    settings["media"] = _media_policy(settings.pop("media", None) or {}, base_dir)
     settings.update(models_dir=models_dir, adapters_dirs=adapters_dirs, cors_origins=settings.pop("cors", ()),
                     api_key=settings.get("api_key") or None, models=tuple(e for _, e in entries),
                     source=Path(os.path.normpath(source.absolute())) if source else None)
@@ -252,6 +254,7 @@ def _entry(label: str, raw: dict, base_dir: Path, problems: Problems) -> tuple[s
                                              "when an RPC worker goes away; a worker process contains that)")
     model = config_path(raw["model"], base_dir)
     arch = _model_architecture(model, f"{label}.model", problems)
+    projector = _projector(label, raw, base_dir, problems)
     adapters = lora_adapters(raw.get("lora_adapters", {}), base_dir, f"{label}.lora_adapters", problems)
     declared = adapter_list(raw.get("adapters", []), base_dir, f"{label}.adapters", problems)
     for key, listed in (("lora_adapters", adapters), ("adapters", declared)):
@@ -271,9 +274,34 @@ def _entry(label: str, raw: dict, base_dir: Path, problems: Problems) -> tuple[s
         speculative=raw.get("speculative"),
         json_whitespace=raw.get("json_whitespace"), isolation=raw.get("isolation"),
         step_timeout=raw.get("step_timeout"), max_rss=raw.get("max_rss"),
-        sampling=MappingProxyType(dict(raw.get("sampling") or {})),
+        sampling=MappingProxyType(dict(raw.get("sampling") or {})), clip_model_path=projector,
     )
     return label, entry
+
+
+def _projector(label: str, raw: dict, base_dir: Path, problems: Problems) -> Path | None:
+    """The entry's vision projector file (clip_model_path, or its alias mmproj), checked."""
+    if "clip_model_path" in raw and "mmproj" in raw:
+        problems.add(f"{label}.mmproj", "give either clip_model_path or mmproj, not both")
+    key = "clip_model_path" if "clip_model_path" in raw else "mmproj"
+    if key not in raw:
+        return None
+    if raw.get("embedding"):
+        problems.add(f"{label}.{key}", "applies only to generation models (embedding models take no images)")
+    if raw.get("isolation") == "process":
+        problems.add(f"{label}.{key}", "vision models run with isolation: thread for now (the worker process "
+                                       "protocol carries token ids, not images); remove isolation: process")
+    path = config_path(raw[key], base_dir)
+    header = read_gguf(path, f"{label}.{key}", problems)
+    if header is not None and header.type not in ("mmproj", None):
+        problems.add(f"{label}.{key}", f"{path.name} is not a multimodal projector (general.type is {header.type!r})")
+    return path
+
+
+def _media_policy(raw: dict[str, Any], base_dir: Path) -> MediaPolicy:
+    dirs = tuple(str(config_path(d, base_dir)) for d in raw.get("allowed_dirs", ()))
+    names = {"max_images_per_request": "max_images"}
+    return MediaPolicy(**{names.get(k, k): v for k, v in raw.items() if k != "allowed_dirs"}, allowed_dirs=dirs)
 
 
 def _model_architecture(model: Path, key: str, problems: Problems) -> str | None:

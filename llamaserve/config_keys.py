@@ -217,6 +217,28 @@ def _folders(v: Any) -> list[str]:
     return _list_of(string, "folders")(v)
 
 
+MEDIA_KEYS = ("allow_remote", "max_bytes", "max_images_per_request", "timeout", "allowed_dirs", "max_pixels")
+
+
+def _media(v: Any) -> dict[str, Any]:
+    """Where images in requests may come from and how large they may be (llamacore.media.MediaPolicy)."""
+    if not isinstance(v, Mapping):
+        raise Invalid(f"expected a mapping with some of: {', '.join(MEDIA_KEYS)}; got {v!r}")
+    checks: dict[str, Check] = {
+        "allow_remote": _bool, "max_bytes": _via(parse_size, positive=True),
+        "max_images_per_request": _int(1), "timeout": _via(parse_duration, positive=True),
+        "allowed_dirs": _folders, "max_pixels": _int(1)}
+    out = {}
+    for key, value in v.items():
+        if key not in checks:
+            raise Invalid(f"unknown field {key!r}{suggest(key, MEDIA_KEYS)}; expected some of: {', '.join(MEDIA_KEYS)}")
+        try:
+            out[key] = checks[key](value)
+        except Invalid as exc:
+            raise Invalid(f"{key}: {exc}") from None
+    return out
+
+
 def _rpc_servers(v: Any) -> list[str]:
     """RPC worker endpoints: a list of "host:port" (or llama-server's comma-separated string)."""
     if isinstance(v, str):
@@ -305,7 +327,7 @@ ROOT_KEYS: dict[str, Check] = {
     "verbose_responses": _bool,
     "grammar_cache_size": _via(parse_size), "grammar_max_size": _via(parse_size, positive=True),
     "grammar_max_depth": _int(1), "grammar_timeout": _via(parse_duration, positive=True),
-    "responses_store_size": _int(0),
+    "responses_store_size": _int(0), "media": _media,
 }
 LOAD_KEYS: dict[str, Check] = {      # the keys of llamacore.options.LOAD_KEYS
     "n_ctx": _int(0), "n_batch": _int(1), "n_ubatch": _int(1),
@@ -320,6 +342,7 @@ LOAD_KEYS: dict[str, Check] = {      # the keys of llamacore.options.LOAD_KEYS
 }
 ENTRY_KEYS: dict[str, Check] = {
     "alias": string, "model_alias": string, "aliases": _list_of(string, "strings"), "model": string,
+    "clip_model_path": string, "mmproj": string,       # a vision projector (llama-cpp-python's / llama-server's name)
     "lora_adapters": lambda v: v,   # resolved against the config's folder in config.py
     "adapters": lambda v: v,        # likewise
     "chat_format": _optional(string), "chat_template": _optional(string),

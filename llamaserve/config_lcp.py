@@ -47,7 +47,7 @@ SAME_ROOT = ("host", "port", "api_key")
 SAME_MODEL = ("model", "model_alias", "n_gpu_layers", "split_mode", "main_gpu", "tensor_split", "use_mmap",
               "use_mlock", "kv_overrides", "rpc_servers", "seed", "n_ctx", "n_batch", "n_ubatch", "n_threads",
               "n_threads_batch", "rope_freq_base", "rope_freq_scale", "embedding", "offload_kqv",
-              "flash_attn", "chat_format", "chat_template_kwargs", "type_k", "type_v")
+              "flash_attn", "chat_format", "chat_template_kwargs", "type_k", "type_v", "clip_model_path")
 CONVERTED_MODEL = {
     "lora_path": "lora_adapters (the adapter at scale 1.0)",
     "draft_model": "speculative: {draft_model: ngram, n_draft, ngram_size: 2} (prompt lookup, as theirs)",
@@ -85,7 +85,6 @@ REFUSED_ROOT = {
     "ssl_certfile": "llamaserve serves plain HTTP; put a TLS-terminating reverse proxy in front of it",
 }
 REFUSED_MODEL = {
-    "clip_model_path": "llamaserve has no image input (multimodal projectors); serve the model without it",
     "hf_model_repo_id": "llamaserve does not download models: download the file and set model to its path",
 }
 # their Optional keys: null means "not set"

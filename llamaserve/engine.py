@@ -29,9 +29,10 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-from llamacore import Batch, Context, LoraAdapter, Model, Sampler
+from llamacore import Batch, Context, LoraAdapter, Model, Projector, Sampler
 from llamacore.events import Failed, Finished, Progress, Started
 from llamacore.logprobs import TokenLogprob
+from llamacore.multimodal import decode_image
 from llamacore.prefix import AdapterKey
 from llamaserve.errors import EngineClosedError, QueueFullError
 from llamaserve.scheduler import Emitted, GenRequest, Sampled, Scheduler, StepPlan
@@ -47,7 +48,7 @@ class Engine:
 
     def __init__(self, model_path: str, adapter_paths: list[str], *, parallel: int = 4, max_queue: int = 64,
                  n_ctx: int = 2048, kv_unified: bool = True, share_prefixes: bool = True,
-                 speculative: PromptLookup | None = None,
+                 speculative: PromptLookup | None = None, projector_path: str | None = None,
                  seed: int | None = None, model_kwargs: dict[str, Any] | None = None,
                  context_kwargs: dict[str, Any] | None = None) -> None:
         self.model = Model(model_path, **(model_kwargs or {}))
@@ -56,6 +57,8 @@ class Engine:
         self.ctx = Context(self.model, n_ctx=n_ctx * parallel, n_seq_max=parallel, kv_unified=kv_unified,
                            **(context_kwargs or {}))
         self.n_ctx_seq = min(n_ctx, self.ctx.n_ctx_seq)     # tokens one sequence may hold
+        self.projector = self._load_projector(projector_path) if projector_path else None
+        self._image_batch = Batch(self.ctx.n_batch, embd=self.projector.n_embd) if self.projector else None
         self.max_queue = max_queue
         self.seed = seed                                     # sampling seed of requests that set none
         # sharing a prefix between sequences copies part of one: only a unified cache can
@@ -75,6 +78,12 @@ class Engine:
         self.on_step: Callable[[], None] | None = None
         self.n_decode = 0                    # llama_decode calls, and the sequences they carried in all
         self.n_busy = 0
+
+    def _load_projector(self, path: str) -> Projector:
+        projector = Projector(self.model, path, n_threads=self.ctx.n_threads_batch)
+        if projector.uses_mrope:
+            raise ValueError(f"{path}: projectors with M-RoPE image positions (Qwen-VL) are not supported yet")
+        return projector
 
     def start(self) -> Engine:
         """Start the worker thread (once); returns the engine."""
@@ -142,6 +151,8 @@ class Engine:
                 return ValueError(f"adapter {path} is not loaded on this model")
         if len(req.tokens) >= self.n_ctx_seq:
             return ValueError(f"prompt has {len(req.tokens)} tokens; the context holds {self.n_ctx_seq}")
+        if req.images and self.projector is None:
+            return ValueError("image input is not supported: this model has no vision projector")
         return None
 
     def add_adapter(self, path: str) -> LoraAdapter:
@@ -292,9 +303,11 @@ class Engine:
         self._emit(self.scheduler.fail(self.scheduler.slots, exc))
 
     def _step(self, plan: StepPlan, batch: Batch) -> None:
+        early = self._decode_images(plan)       # images first: each needs a decode call of its own
+        rows = [r for r in plan.rows if r.image is None]
         batch.clear()
         out_index = []                  # per sampled row: the batch index of its first sampled position
-        for row in plan.rows:
+        for row in rows:
             if row.n_draft:             # logits after the next token and after each draft token
                 first = len(row.tokens) - row.n_draft - 1
                 for k, token in enumerate(row.tokens):
@@ -305,22 +318,30 @@ class Engine:
                 if row.sample:
                     out_index.append(batch.n_tokens - 1)
         try:
-            self.ctx.decode(batch)
+            if rows:
+                self.ctx.decode(batch)
         except Exception as exc:        # a failed decode ends the requests in it, not the server
-            for row in plan.rows:
+            for row in rows:
                 self.ctx.kv_remove(row.slot.seq, 0, -1)
-            self._emit(self.scheduler.fail([r.slot for r in plan.rows], exc))
-            return
-        self.n_decode += 1
-        self.n_busy += len(plan.rows)
+            self._emit(self.scheduler.fail([r.slot for r in rows], exc))
+            rows = []
+        self.n_decode += bool(rows)
+        self.n_busy += len(rows)
         now = time.monotonic()
         self._emit([(row.slot.req, Progress(row.pos + len(row.tokens), now)) for row in plan.rows
                     if row.slot.req is not None and row.slot.req.progress and row.slot.generated == 0
                     and not row.n_draft])
         sampled: list[Sampled | list[Sampled] | BaseException] = []
-        for row, index in zip(plan.sample, out_index):
+        indices = iter(out_index)
+        for row in plan.sample:
+            if row.image is not None:
+                sampled.append(early.get(id(row)) or EngineClosedError("the request ended"))
+                continue
+            index = next(indices)
             req = row.slot.req
-            assert req is not None          # a planned row has a request
+            if req is None:                 # its decode failed in this step (on_sampled skips it)
+                sampled.append(EngineClosedError("the request ended"))
+                continue
             try:
                 sampled.append(self._verify(req, index, row.draft) if row.n_draft else self._sample(req, index))
             except Exception as exc:
@@ -329,6 +350,30 @@ class Engine:
         for row in plan.rows:
             if row.n_draft:             # the KV of rejected drafts goes
                 self.ctx.kv_remove(row.slot.seq, len(row.slot.cached), -1)
+
+    def _decode_images(self, plan: StepPlan) -> dict[int, Sampled | BaseException]:
+        """Encode and decode the image rows of `plan`, one call each; a failure ends only its request.
+        An image that ends a prompt is sampled at once (the next decode replaces its logits):
+        returned by id(row)."""
+        early: dict[int, Sampled | BaseException] = {}
+        for row in plan.rows:
+            if row.image is None or row.slot.req is None:
+                continue
+            assert self.projector is not None and self._image_batch is not None   # _check refused it otherwise
+            try:
+                decode_image(self.ctx, self._image_batch, self.projector, row.image, row.pos, row.slot.seq,
+                             logits_last=row.sample)
+                self.n_decode += 1
+                self.n_busy += 1
+                if row.sample:
+                    early[id(row)] = self._sample(row.slot.req, -1)
+            except Exception as exc:
+                self.ctx.kv_remove(row.slot.seq, 0, -1)
+                if row.sample:
+                    early[id(row)] = exc
+                else:
+                    self._emit(self.scheduler.fail([row.slot], exc))
+        return early
 
     def _verify(self, req: GenRequest, index: int, draft: list[int]) -> list[Sampled]:
         """Sample after the next token and after each draft token in turn, up to the first token that

@@ -29,7 +29,9 @@ AnyEngine = Engine | WorkerEngine       # the same interface, in this process or
 
 
 def isolation(entry: ModelEntry) -> str:
-    return entry.isolation or DEFAULT_ISOLATION
+    """The entry's own, else the default; vision models run in the server process (the worker
+    protocol carries token ids, not images; config refuses an explicit `process` for them)."""
+    return entry.isolation or ("thread" if entry.clip_model_path else DEFAULT_ISOLATION)
 
 
 def _worker_spec(entry: ModelEntry, config: ServerConfig, label: str) -> dict[str, Any]:
@@ -69,7 +71,8 @@ def build_engine(entry: ModelEntry, config: ServerConfig, label: str, watch: Sup
         spec = {**options, **_worker_spec(entry, config, label), "speculative": speculative}
         return WorkerEngine(spec, **_worker_options(entry, label, watch))
     drafter = PromptLookup(speculative["n_draft"], speculative["ngram_size"]) if speculative else None
-    return Engine(os.fspath(entry.model), [], speculative=drafter, **options)
+    projector = os.fspath(entry.clip_model_path) if entry.clip_model_path else None
+    return Engine(os.fspath(entry.model), [], speculative=drafter, projector_path=projector, **options)
 
 
 def build_embedder(entry: ModelEntry, config: ServerConfig, label: str, watch: Supervision) -> Llama | WorkerEmbedder:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llamacore.events import EngineEvent, Failed, Finished, FinishReason, Progress, Started, Text, TextEvent, Token
+from llamacore.multimodal import images_of
 from llamacore.prefix import AdapterKey
 from llamacore.sampling import SamplingParams
 from llamacore.text_stream import TextStream
@@ -47,7 +48,7 @@ def generate(engine: AnyEngine, tokens: list[int], sampling: SamplingParams, *, 
     room = engine.n_ctx_seq - len(tokens)
     limit = room if max_tokens is None or max_tokens <= 0 else min(max_tokens, room)
     req = GenRequest(tokens, sampling, limit, adapters, emit, n_logprobs=n_logprobs, ignore_eos=ignore_eos,
-                     progress=progress)
+                     progress=progress, images=images_of(tokens))
     timings = Timings(time.monotonic(), n_prompt=len(tokens))
     engine.submit(req)
     return Generation(req, _texts(engine, req, events, timings, stops, metrics, model_name), timings)

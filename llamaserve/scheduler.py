@@ -41,10 +41,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from llamacore.events import EngineEvent, Failed, Finished, FinishReason, Token
+from llamacore.multimodal import image_boundary
 from llamacore.prefix import AdapterKey, common_prefix, reusable_prefix
 from llamaserve.speculative import DraftPacing, NgramIndex, PromptLookup
 
 if TYPE_CHECKING:
+    from llamacore._core import ImageChunk
     from llamacore.logprobs import TokenLogprob
     from llamacore.sampling import SamplingParams
 
@@ -62,6 +64,7 @@ class GenRequest:
     progress: bool = False          # report each decoded batch of the prompt (Progress events)
     cancelled: bool = False
     on_cancel: Callable[[], None] | None = None      # tells a worker process (llamaserve.worker_engine)
+    images: dict[int, ImageChunk] = field(default_factory=dict)   # prompt index -> image (llamacore.multimodal)
 
     def cancel(self) -> None:
         if not self.cancelled:
@@ -115,6 +118,7 @@ class Row:
     pos: int
     sample: bool
     n_draft: int = 0
+    image: ImageChunk | None = None      # the tokens are an image's placeholders: decode its embeddings
 
     @property
     def draft(self) -> list[int]:
@@ -191,6 +195,7 @@ class Scheduler:
             slot = max(free, key=lambda s: (common_prefix(s.cached, req.tokens) if s.adapters == req.adapters else 0,
                                             -len(s.cached)))
             keep = reusable_prefix(slot.cached, req.tokens) if slot.adapters == req.adapters else 0
+            keep = image_boundary(req.tokens, keep)
             source, shared = self._share_source(req, slot) if self.share_prefixes else (None, 0)
             coming = self._coming_prefix(req) if self.share_prefixes else 0
             if coming >= self.share_min and coming > max(keep, shared):
@@ -216,7 +221,7 @@ class Scheduler:
         best, best_n = None, 0
         for s in self.slots:
             if s is not target and s.adapters == req.adapters:
-                n = reusable_prefix(s.cached, req.tokens)
+                n = image_boundary(req.tokens, reusable_prefix(s.cached, req.tokens))
                 if n > best_n:
                     best, best_n = s, n
         return best, best_n
@@ -251,12 +256,25 @@ class Scheduler:
         if not slots:
             return None
         slots.sort(key=lambda s: s.state is SlotState.PREFILLING)     # generating first: one token each
-        budget, rows = self.n_batch, []
+        budget = self.n_batch
+        rows: list[Row] = []
         prompts = sum(len(s.pending) for s in slots if s.state is SlotState.PREFILLING)
         for slot in slots:
             if budget == 0:
                 break
+            image = slot.req.images.get(len(slot.cached)) if slot.req and slot.state is SlotState.PREFILLING else None
+            if image is not None:
+                if image.n_tokens > budget and rows:
+                    continue                # an image decodes whole: next step, with the budget to itself
+                take = slot.pending[:image.n_tokens]
+                rows.append(Row(slot, take, len(slot.cached), sample=len(take) == len(slot.pending), image=image))
+                slot.cached.extend(take)
+                del slot.pending[:len(take)]
+                budget = max(0, budget - len(take))
+                continue
             take = slot.pending[:budget]
+            if slot.req is not None and slot.req.images:     # text stops where the next image starts
+                take = take[:next((i for i, t in enumerate(take) if t < 0), len(take))]
             draft = self._draft(slot, take, budget - len(take) - prompts)
             rows.append(Row(slot, take + draft, len(slot.cached), sample=len(take) == len(slot.pending),
                             n_draft=len(draft)))
@@ -276,7 +294,8 @@ class Scheduler:
                    slot.req.max_tokens - slot.generated - 1)
         if room <= 0 or slot.ngrams is None or not slot.pacing.may_draft():
             return []
-        return slot.ngrams.propose(slot.cached + take, room)
+        proposal = slot.ngrams.propose(slot.cached + take, room)
+        return proposal[:next((i for i, t in enumerate(proposal) if t < 0), len(proposal))]   # no image rows
 
     def on_sampled(self, plan: StepPlan, sampled: list[Sampled | list[Sampled] | BaseException]) -> Emitted:
         """Feed back what was sampled for each row of `plan.sample`: its token, or for a row with

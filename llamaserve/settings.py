@@ -12,6 +12,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from llamacore.media import MediaPolicy
 
 @dataclass(frozen=True)
 class ModelEntry:
@@ -45,6 +46,7 @@ class ModelEntry:
     step_timeout: float | None = None       # process isolation: seconds without progress before a kill
     max_rss: int | None = None              # process isolation: the worker's memory limit in bytes
     sampling: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}), hash=False)  # request defaults
+    clip_model_path: Path | None = None     # a vision projector (mmproj GGUF): image_url parts in chat
 
     def names(self) -> tuple[str, ...]:
         return (self.alias, *self.aliases)
@@ -55,7 +57,8 @@ class ModelEntry:
 
     def base_key(self) -> tuple:
         """Entries with equal keys share one loaded base model (and hot-swap their adapters)."""
-        return str(self.model), _hashable(self.load), self.isolation, self.step_timeout, self.max_rss
+        return (str(self.model), _hashable(self.load), self.isolation, self.step_timeout, self.max_rss,
+                str(self.clip_model_path))
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,7 @@ class ServerConfig:
     grammar_max_depth: int = 64                   # deepest schema nesting
     grammar_timeout: float = 2.0                  # seconds a schema may take to compile
     responses_store_size: int = 1000              # /v1/responses kept for previous_response_id (0: none)
+    media: MediaPolicy = MediaPolicy()            # where images in requests may come from, and their limits
     models: tuple[ModelEntry, ...] = ()
     source: Path | None = None
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from llamacore._core import Model
+from llamacore._core import Image, Model, Projector
 from llamacore.chat import chat_prompt, continues
 from llamacore.reasoning import Reasoning, template_kwargs
 from llamaserve.settings import ModelEntry
@@ -33,13 +33,16 @@ def chat_input(model: Model, entry: ModelEntry, template: str, messages: list[di
                tools: list | None, *, reasoning_format: str | None = None,
                chat_template_kwargs: Mapping[str, Any] | None = None,
                reasoning_effort: str | None = None, add_generation_prompt: bool | None = None,
-               continue_final_message: bool | None = None) -> ChatInput:
+               continue_final_message: bool | None = None, projector: Projector | None = None,
+               images: list[Image] | None = None) -> ChatInput:
     """The prompt for `messages` (ValueError for a bad template variable or a template that fails, or
-    for contradicting add_generation_prompt / continue_final_message)."""
+    for contradicting add_generation_prompt / continue_final_message). `images`: the messages' image
+    parts, loaded, for a model with a vision `projector`."""
     kwargs = kwargs_for(entry, template, chat_template_kwargs, reasoning_effort)
     add, cont = continuation(messages, add_generation_prompt, continue_final_message)
     text, tokens, stops = chat_prompt(model, template, messages, tools, template_kwargs=kwargs,
-                                      add_generation_prompt=add, continue_final_message=cont)
+                                      add_generation_prompt=add, continue_final_message=cont,
+                                      projector=projector, images=images)
     reasoning = Reasoning.for_prompt(template, text, reasoning_format or entry.reasoning_format)
     return ChatInput(text, tokens, stops, reasoning)
 

@@ -296,6 +296,9 @@ FALLBACK_EXPECTED = {
         "<|START_OF_TURN_TOKEN|><|USER_TOKEN|>How are you?<|END_OF_TURN_TOKEN|>"
         "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>"
     ),
+    "llava-1-5": (      # llama-cpp-python's Llava15ChatHandler layout
+        "You are helpful.\nUSER: Hi\nASSISTANT: Hello!</s>\nUSER: How are you?\nASSISTANT: "
+    ),
 }
 
 

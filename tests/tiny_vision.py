@@ -26,12 +26,17 @@ IMAGE_TOKENS = (IMAGE_SIZE // PATCH_SIZE) ** 2
 
 def write_projector(path: str | os.PathLike[str], n_embd_text: int = 64, *, seed: int = 7,
                     width: int = 32, n_head: int = 4, n_ff: int = 48, n_block: int = 2,
-                    n_hidden: int = 48) -> Path:
+                    n_hidden: int = 48, image_size: int = IMAGE_SIZE, patch_size: int = PATCH_SIZE) -> Path:
     """Write an "mlp" projector whose output rows have `n_embd_text` values (the text model's
-    n_embd: a projector for another width is refused when loaded); returns the path."""
+    n_embd: a projector for another width is refused when loaded); returns the path.
+
+    An image becomes (image_size / patch_size)^2 tokens (the defaults: IMAGE_TOKENS); larger sizes
+    and widths make encoding cost what it does for real projectors (benchmarks/bench_vision.py)."""
+    if image_size <= 0 or patch_size <= 0 or image_size % patch_size:
+        raise ValueError(f"image_size {image_size} is not a positive multiple of patch_size {patch_size}")
     path = Path(path)
     rng = np.random.default_rng(seed)
-    n_pos = IMAGE_TOKENS
+    n_pos = (image_size // patch_size) ** 2
 
     def linear(n_out: int, n_in: int) -> np.ndarray:
         return rng.standard_normal((n_out, n_in), dtype=np.float32) * np.float32(n_in ** -0.5)
@@ -42,7 +47,7 @@ def write_projector(path: str | os.PathLike[str], n_embd_text: int = 64, *, seed
     w.add_bool("clip.has_vision_encoder", True)
     w.add_string("clip.projector_type", "mlp")
     w.add_bool("clip.use_gelu", True)
-    for key, value in (("image_size", IMAGE_SIZE), ("patch_size", PATCH_SIZE), ("embedding_length", width),
+    for key, value in (("image_size", image_size), ("patch_size", patch_size), ("embedding_length", width),
                        ("feed_forward_length", n_ff), ("block_count", n_block),
                        ("attention.head_count", n_head), ("projection_dim", n_embd_text)):
         w.add_uint32(f"clip.vision.{key}", value)
@@ -51,7 +56,7 @@ def write_projector(path: str | os.PathLike[str], n_embd_text: int = 64, *, seed
     w.add_array("clip.vision.image_std", [0.5, 0.5, 0.5])
 
     zeros, ones = (lambda n: np.zeros(n, np.float32)), (lambda n: np.ones(n, np.float32))
-    patch = rng.standard_normal((width, 3, PATCH_SIZE, PATCH_SIZE), dtype=np.float32) * np.float32(0.02)
+    patch = rng.standard_normal((width, 3, patch_size, patch_size), dtype=np.float32) * np.float32(0.02)
     w.add_tensor("v.patch_embd.weight", patch.astype(np.float16))
     w.add_tensor("v.patch_embd.bias", zeros(width))
     w.add_tensor("v.position_embd.weight",

@@ -16,9 +16,12 @@ from llamaserve.settings import ModelEntry
 
 def model_card(registry: Registry, entry: ModelEntry, name: str, created: int) -> dict[str, Any]:
     """An OpenAI model object; adapter-backed aliases also carry `parent` (the base's alias, as vLLM
-    lists LoRA models) and their adapters by name."""
+    lists LoRA models) and their adapters by name. `capabilities` (as Ollama and llama-server list
+    them): "completion" or "embedding", and "vision" for a model with a projector."""
+    kind = ["embedding"] if entry.load.get("embedding") else ["completion"]
     card: dict[str, Any] = {"id": name, "object": "model", "created": created, "owned_by": "llamaserve",
-                            "parent": registry.parent(entry)}
+                            "parent": registry.parent(entry),
+                            "capabilities": kind + (["vision"] if entry.clip_model_path else [])}
     if entry.lora_adapters:
         catalog = registry.catalog(entry)
         card["lora_adapters"] = {catalog.by_path(os.fspath(p)).name: s     # type: ignore[union-attr]
