@@ -313,6 +313,9 @@ def starter_config(scan: ModelsDirScan, folder: Path, output: Path) -> str:
         text += f"  - alias: {json.dumps(name)}\n    model: {rel(path)}\n"
         if path in scan.embedders:
             text += f"    embedding: true   # {arch} embedding model: serves /v1/embeddings\n"
+        projector = dict(scan.projectors).get(path)
+        if projector is not None:
+            text += f"    clip_model_path: {rel(projector)}   # vision projector: image_url parts in chat\n"
         if len(used) == 1:
             text += '    # aliases: ["gpt-4o-mini"]   # more names clients may send\n'
     if scan.adapters:

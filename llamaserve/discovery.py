@@ -28,6 +28,7 @@ class ModelsDirScan:
     adapters: tuple[tuple[Path, str | None], ...]      # (file, architecture)
     unreadable: tuple[tuple[Path, str], ...]        # (file, reason)
     embedders: frozenset[Path] = frozenset()            # the models that are embedding models
+    projectors: tuple[tuple[Path, Path], ...] = ()      # (model, the mmproj file paired with it)
 
 
 def scan_models_dir(directory: Path) -> ModelsDirScan:
@@ -36,7 +37,7 @@ def scan_models_dir(directory: Path) -> ModelsDirScan:
     Skipped as models: LoRA adapters, multimodal projectors (mmproj* or clip), and parts 2..N
     of split models (the first part, named without its -0000N-of-0000M suffix, stands for all).
     """
-    models, adapters, unreadable = [], [], []
+    models, adapters, unreadable, mmprojs = [], [], [], []
     for path in sorted(p for p in directory.glob("*.gguf") if p.is_file()):
         split = _SPLIT_PART.match(path.name)
         if split and int(split["part"]) > 1:
@@ -48,11 +49,45 @@ def scan_models_dir(directory: Path) -> ModelsDirScan:
             continue
         if header.type == "adapter":
             adapters.append((path, header.architecture))
-        elif not (path.name.lower().startswith("mmproj") or header.type == "mmproj"
-                  or header.architecture == "clip"):
+        elif path.name.lower().startswith("mmproj") or header.type == "mmproj" or header.architecture == "clip":
+            mmprojs.append(path)
+        else:
             models.append((split["stem"] if split else path.stem, path, header.architecture))
     embedders = frozenset(path for _, path, arch in models if is_embedding_model(path, arch))
-    return ModelsDirScan(tuple(models), tuple(adapters), tuple(unreadable), embedders)
+    generators = [path for _, path, _ in models if path not in embedders]
+    return ModelsDirScan(tuple(models), tuple(adapters), tuple(unreadable), embedders,
+                         pair_projectors(generators, mmprojs))
+
+
+_NAME_NOISE = re.compile(r"mmproj|model|[-_.]?(?:f16|f32|bf16|q\d(?:_[0-9a-z]+)*|iq\d\w*)(?=$|[-_.])|[-_.]")
+
+
+def pair_projectors(models: list[Path], mmprojs: list[Path]) -> tuple[tuple[Path, Path], ...]:
+    """Each model with the projector whose file name shares the longest run of its own name
+    (mmproj-llava-v1.5-7b-f16 goes with llava-v1.5-7b-Q4_K_M); with one model and one projector,
+    those two. A model no name matches (4+ characters in common) gets none."""
+    if len(models) == 1 and len(mmprojs) == 1:
+        return ((models[0], mmprojs[0]),)
+    pairs = []
+    for model in models:
+        name = _NAME_NOISE.sub("", model.stem.lower())
+        best = max(((_common_run(name, _NAME_NOISE.sub("", p.stem.lower())), p) for p in mmprojs),
+                   default=(0, None), key=lambda scored: scored[0])
+        if best[1] is not None and best[0] >= 4:
+            pairs.append((model, best[1]))
+    return tuple(pairs)
+
+
+def _common_run(a: str, b: str) -> int:
+    """The length of the longest substring of both."""
+    best = 0
+    for i in range(len(a)):
+        for j in range(len(b)):
+            k = 0
+            while i + k < len(a) and j + k < len(b) and a[i + k] == b[j + k]:
+                k += 1
+            best = max(best, k)
+    return best
 
 
 # encoder architectures llama.cpp only runs for embeddings (or reranking)

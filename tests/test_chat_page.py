@@ -1,7 +1,9 @@
 """The chat page at / in a real headless browser (Debian's chromium + chromium-driver, selenium):
 it loads behind the API key (the browser signs in with Basic auth), lists the models and adapter
 aliases, streams an answer from the tiny model with tokens/s, and its Stop button ends a long
-generation on the server too. Off with `web_ui: false`.
+generation on the server too. With a vision model (clip_model_path) it offers an attach control,
+sends an attached or pasted image as an image_url part, and the model answers about that image.
+Off with `web_ui: false`.
 
 The browser is required: where chromium or chromedriver is missing these tests fail, they do not
 skip (CI installs both, see .ci/run).
@@ -13,6 +15,7 @@ import base64
 import shutil
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import httpx
 import pytest
@@ -22,6 +25,7 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait
 from server import ServerProcess
+from tiny_vision import image_bytes, pattern_image
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
@@ -38,6 +42,23 @@ def srv(tmp_path_factory, tiny_model_path, lora_a_path):
     proc = ServerProcess(config, tmp_path_factory.mktemp("chat_page")).start()
     yield proc
     proc.stop()
+
+
+@pytest.fixture(scope="module")
+def vision_srv(tmp_path_factory, tiny_model_path, projector_path):
+    config = {"api_key": KEY, "defaults": {"n_ctx": 1024, "n_threads": N_THREADS},
+              "models": [{"alias": "vision", "model": str(tiny_model_path), "clip_model_path": str(projector_path)},
+                         {"alias": "text", "model": str(tiny_model_path)}]}
+    proc = ServerProcess(config, tmp_path_factory.mktemp("chat_page_vision")).start()
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="module")
+def picture(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("chat_page_images") / "pattern-0.png"
+    path.write_bytes(image_bytes(pattern_image(0)))
+    return path
 
 
 @pytest.fixture(scope="module")
@@ -180,3 +201,135 @@ def test_web_ui_off_is_404(tmp_path, tiny_model_path):
         assert proc.get("/v1/models").status_code == 200
     finally:
         proc.stop()
+
+
+# -- images: a vision model ----------------------------------------------------------------
+
+QUESTION = "What is in the picture?"
+VISION_MAX_TOKENS = 12
+
+
+def data_url(kind: int) -> str:
+    return "data:image/png;base64," + base64.b64encode(image_bytes(pattern_image(kind))).decode()
+
+
+def image_message(text: str, *urls: str) -> dict:
+    return {"role": "user", "content": [{"type": "text", "text": text}]
+            + [{"type": "image_url", "image_url": {"url": u}} for u in urls]}
+
+
+def api_answer(srv, model: str, messages: list[dict]) -> str:
+    """The same request the page makes, through the API: greedy, so the page must show exactly this."""
+    resp = srv.post("/v1/chat/completions", json={"model": model, "messages": messages, "temperature": 0,
+                                                  "max_tokens": VISION_MAX_TOKENS})
+    assert resp.status_code == 200, resp.text
+    return resp.json()["choices"][0]["message"]["content"]
+
+
+def greedy(driver, max_tokens: int) -> None:
+    for field, value in (("max-tokens", str(max_tokens)), ("temperature", "0")):
+        element = driver.find_element(By.ID, field)
+        element.clear()
+        element.send_keys(value)
+
+
+def record_requests(driver) -> None:
+    """Keep the body of each chat request the page sends in window.sent (the page calls the global fetch)."""
+    driver.execute_script("""
+        window.sent = [];
+        const original = window.fetch;
+        window.fetch = (url, init) => {
+          if (String(url).endsWith('/v1/chat/completions')) window.sent.push(JSON.parse(init.body));
+          return original(url, init);
+        };
+    """)
+
+
+def pending_images(driver) -> list:
+    return driver.find_elements(By.CSS_SELECTOR, "#pending img")
+
+
+def paste_image(driver, png: bytes) -> bool:
+    """Paste a PNG into the prompt as a browser does; True when the page took it (prevented the default)."""
+    return driver.execute_script("""
+        const bytes = Uint8Array.from(atob(arguments[0]), (c) => c.charCodeAt(0));
+        const clipboard = new DataTransfer();
+        clipboard.items.add(new File([bytes], 'pasted.png', {type: 'image/png'}));
+        const event = new ClipboardEvent('paste', {clipboardData: clipboard, bubbles: true, cancelable: true});
+        document.getElementById('prompt').dispatchEvent(event);
+        return event.defaultPrevented;
+    """, base64.b64encode(png).decode())
+
+
+def send_and_wait(driver, text: str, n_answers: int) -> str:
+    driver.find_element(By.ID, "prompt").send_keys(text)
+    driver.find_element(By.ID, "send").click()
+    wait_for(driver, lambda: len(driver.find_elements(By.CSS_SELECTOR, ".msg.assistant[data-done]")) == n_answers,
+             message=status(driver))
+    assert "error" not in driver.find_element(By.ID, "status").get_attribute("class"), status(driver)
+    replies = driver.find_elements(By.CSS_SELECTOR, ".msg.assistant .text")
+    return replies[-1].get_attribute("textContent")           # exactly, whitespace and all
+
+
+def test_attach_and_paste_only_for_a_vision_model(browser, vision_srv):
+    open_page(browser, vision_srv)
+    cards = {c["id"]: c for c in vision_srv.get("/v1/models").json()["data"]}
+    assert cards["vision"]["capabilities"] == ["completion", "vision"]
+    assert cards["text"]["capabilities"] == ["completion"]
+    model = Select(browser.find_element(By.ID, "model"))
+    attach = browser.find_element(By.ID, "attach")
+    png = image_bytes(pattern_image(1))
+    model.select_by_value("text")
+    assert not attach.is_displayed()
+    assert not paste_image(browser, png) and not pending_images(browser)     # a text model takes no images
+    model.select_by_value("vision")
+    assert attach.is_displayed()
+    assert paste_image(browser, png)
+    wait_for(browser, lambda: len(pending_images(browser)) == 1)
+    assert pending_images(browser)[0].get_attribute("src") == data_url(1)
+    browser.find_element(By.CSS_SELECTOR, "#pending figure button").click()  # × removes it
+    assert not pending_images(browser)
+    assert paste_image(browser, png)
+    wait_for(browser, lambda: len(pending_images(browser)) == 1)
+    model.select_by_value("text")                         # a model that reads no images drops them
+    assert not attach.is_displayed() and not pending_images(browser)
+
+
+def test_vision_model_answers_about_an_attached_image(browser, vision_srv, picture):
+    open_page(browser, vision_srv)
+    Select(browser.find_element(By.ID, "model")).select_by_value("vision")
+    assert browser.find_element(By.ID, "attach").is_displayed()
+    greedy(browser, VISION_MAX_TOKENS)
+    record_requests(browser)
+    browser.find_element(By.ID, "image-input").send_keys(str(picture))      # what the Image button's chooser does
+    wait_for(browser, lambda: len(pending_images(browser)) == 1, message=status(browser))
+    answer = send_and_wait(browser, QUESTION, 1)
+    assert answer, status(browser)
+    assert not pending_images(browser)                                       # sent with this message
+    shown = browser.find_elements(By.CSS_SELECTOR, ".msg.user img")
+    assert [img.get_attribute("src") for img in shown] == [data_url(0)]
+    # the page sent the file's bytes as an image_url data: URL part ...
+    sent = browser.execute_script("return window.sent")
+    assert sent[0]["model"] == "vision" and sent[0]["temperature"] == 0
+    assert sent[0]["max_tokens"] == VISION_MAX_TOKENS and sent[0]["stream"] is True
+    assert sent[0]["messages"] == [image_message(QUESTION, data_url(0))]
+    # ... and the model read it: the page shows what the API gives for that image, which is not what
+    # it gives for no image or for another one
+    assert answer == api_answer(vision_srv, "vision", [image_message(QUESTION, data_url(0))])
+    assert answer != api_answer(vision_srv, "vision", [{"role": "user", "content": QUESTION}])
+    assert answer != api_answer(vision_srv, "vision", [image_message(QUESTION, data_url(1))])
+
+    # the conversation goes on: the next turn carries the image again, to the vision model ...
+    history = [image_message(QUESTION, data_url(0)), {"role": "assistant", "content": answer}]
+    second = send_and_wait(browser, "And the colours?", 2)
+    assert browser.execute_script("return window.sent")[1]["messages"] == \
+        history + [{"role": "user", "content": "And the colours?"}]
+    assert second == api_answer(vision_srv, "vision", history + [{"role": "user", "content": "And the colours?"}])
+    # ... and to a text-only model it goes as text alone (with the image the server would refuse it)
+    Select(browser.find_element(By.ID, "model")).select_by_value("text")
+    third = send_and_wait(browser, "Tell me more", 3)
+    text_history = [{"role": "user", "content": QUESTION}, {"role": "assistant", "content": answer},
+                    {"role": "user", "content": "And the colours?"}, {"role": "assistant", "content": second},
+                    {"role": "user", "content": "Tell me more"}]
+    assert browser.execute_script("return window.sent")[2]["messages"] == text_history
+    assert third == api_answer(vision_srv, "text", text_history)

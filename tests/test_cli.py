@@ -126,7 +126,9 @@ def test_init_config_round_trip(models, tmp_path):
                                                                  ("tiny", "tiny.gguf")]
     assert config.max_loaded_models == 2 and config.idle_unload == 300
     assert dict(config.models[0].load) == {"n_ctx": 4096, "n_gpu_layers": -1}
-    assert '"lora-a.gguf": 1.0' in text and "mmproj" not in text and "00002-of" not in text
+    assert '"lora-a.gguf": 1.0' in text and "00002-of" not in text
+    assert 'clip_model_path: "mmproj-tiny-f16.gguf"' in text         # paired by name, not an entry
+    assert config.models[1].clip_model_path == folder / "mmproj-tiny-f16.gguf"
     assert run_cli("check", path).returncode == 0
 
     # the commented adapter examples become valid entries once uncommented
@@ -151,6 +153,17 @@ def test_init_config_output_elsewhere_uses_relative_paths(models, tmp_path):
     assert f'model: "{os.path.relpath(models / "tiny.gguf", out.parent)}"' in out.read_text()
     assert [m.model for m in load_config(out).models] == [models / "split-00001-of-00002.gguf",
                                                           models / "tiny.gguf"]
+
+
+def test_init_config_pairs_a_projector_with_its_model(tiny_model_path, projector_path, tmp_path):
+    place(tiny_model_path, tmp_path / "tiny-vlm-Q8_0.gguf")
+    place(tiny_model_path, tmp_path / "other-model.gguf")
+    place(projector_path, tmp_path / "mmproj-tiny-vlm-f16.gguf")
+    proc = run_cli("init-config", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    entries = {m.alias: m for m in load_config(tmp_path / "llamaserve.yaml").models}
+    assert entries["tiny-vlm-Q8_0"].clip_model_path == tmp_path / "mmproj-tiny-vlm-f16.gguf"
+    assert entries["other-model"].clip_model_path is None and "mmproj-tiny-vlm-f16" not in entries
 
 
 def test_init_config_refuses_a_folder_without_models(tmp_path):

@@ -15,17 +15,22 @@ def python_blocks(text: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def substitutions(tiny_model_path, lora_a_path, lora_b_path, embed_model_path):
+def substitutions(tiny_model_path, lora_a_path, lora_b_path, embed_model_path, projector_path, tmp_path_factory):
+    from tiny_vision import image_bytes, pattern_image
+
+    photo = tmp_path_factory.mktemp("readme") / "photo.png"
+    photo.write_bytes(image_bytes(pattern_image(0)))
     return {'"model.gguf"': repr(str(tiny_model_path)), '"coder-lora.gguf"': repr(str(lora_a_path)),
             '"style-lora.gguf"': repr(str(lora_b_path)),
-            '"all-MiniLM-L6-v2-f16.gguf"': repr(str(embed_model_path))}
+            '"all-MiniLM-L6-v2-f16.gguf"': repr(str(embed_model_path)),
+            '"mmproj.gguf"': repr(str(projector_path)), '"photo.png"': repr(str(photo))}
 
 
 LLAMACORE_BLOCKS = [b for b in python_blocks(README.read_text()) if "from llamacore import" in b]
 
 
 def test_readme_has_the_llamacore_examples():
-    assert len(LLAMACORE_BLOCKS) == 4
+    assert len(LLAMACORE_BLOCKS) == 5
 
 
 @pytest.mark.parametrize("index", range(len(LLAMACORE_BLOCKS)))
