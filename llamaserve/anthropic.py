@@ -89,11 +89,14 @@ def chat_messages(body: MessagesRequest) -> list[dict[str, Any]]:
             continue
         if not isinstance(content, list):
             raise APIError(400, f"{where}.content: expected a string or a list of content blocks")
-        texts, calls, thoughts = [], [], []
+        texts, calls, thoughts, parts = [], [], [], []       # parts: texts and images, in order
         for j, block in enumerate(content):
             kind = block.get("type") if isinstance(block, dict) else None
             if kind == "text" and isinstance(block.get("text"), str):
                 texts.append(block["text"])
+                parts.append({"type": "text", "text": block["text"]})
+            elif kind == "image" and role == "user":
+                parts.append({"type": "image_url", "image_url": {"url": _image_url(block, f"{where}.content.{j}")}})
             elif kind == "thinking" and role == "assistant" and isinstance(block.get("thinking"), str):
                 thoughts.append(block["thinking"])        # the template shows it (reasoning_content)
             elif kind == "redacted_thinking" and role == "assistant":
@@ -108,11 +111,13 @@ def chat_messages(body: MessagesRequest) -> list[dict[str, Any]]:
                     result = f"Error: {result}"
                 out.append({"role": "tool", "tool_call_id": str(block.get("tool_use_id", "")), "content": result})
             elif kind in ("image", "document"):
-                raise APIError(400, f"{where}.content.{j}: {kind} blocks need a vision model; this model "
-                                    f"reads text only")
+                raise APIError(400, f"{where}.content.{j}: {kind} blocks are not supported here (images "
+                                    f"go in user messages, for a vision model)")
             else:
                 raise APIError(400, f"{where}.content.{j}: unsupported content block type {kind!r}")
-        if texts or calls or thoughts:
+        if len(parts) > len(texts):              # images: the content stays a list of parts
+            out.append({"role": role, "content": parts})
+        elif texts or calls or thoughts:
             item: dict[str, Any] = {"role": role, "content": "\n".join(texts) if texts else None}
             if thoughts:
                 item["reasoning_content"] = "\n".join(thoughts)
@@ -120,6 +125,18 @@ def chat_messages(body: MessagesRequest) -> list[dict[str, Any]]:
                 item["tool_calls"] = calls
             out.append(item)
     return out
+
+
+def _image_url(block: dict[str, Any], where: str) -> str:
+    """An image block's source as an image URL: base64 data as a data: URI, or the url as given."""
+    source = block.get("source")
+    source = source if isinstance(source, dict) else {}
+    kind = source.get("type")
+    if kind == "base64" and isinstance(source.get("data"), str) and isinstance(source.get("media_type"), str):
+        return f"data:{source['media_type']};base64,{source['data']}"
+    if kind == "url" and isinstance(source.get("url"), str):
+        return source["url"]
+    raise APIError(400, f"{where}.source: expected {{type: base64, media_type, data}} or {{type: url, url}}")
 
 
 def template_kwargs(body: MessagesRequest) -> dict[str, Any] | None:

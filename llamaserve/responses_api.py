@@ -101,24 +101,33 @@ def _string(item: Mapping[str, Any], key: str, where: str, empty: bool = False) 
     return value
 
 
-def _content_text(content: Any, where: str) -> str:
-    """The text of a string or a list of text parts (message content, a function call's output)."""
+def _content_text(content: Any, where: str, images: bool = False) -> str | list[dict[str, Any]]:
+    """The text of a string or a list of text parts (message content, a function call's output);
+    with `images` (message content), `input_image` parts too, as chat `image_url` parts."""
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
         raise _refuse(where, "expected a string or a list of content parts")
-    texts = []
+    parts: list[dict[str, Any]] = []
     for j, part in enumerate(content):
         kind = part.get("type") if isinstance(part, dict) else None
         key = "refusal" if kind == "refusal" else "text"
         if kind in ("input_text", "output_text", "refusal"):
-            texts.append(_string(part, key, f"{where}.{j}", empty=True))
+            parts.append({"type": "text", "text": _string(part, key, f"{where}.{j}", empty=True)})
+        elif kind == "input_image" and images:
+            url = part.get("image_url")
+            if not isinstance(url, str) or not url:
+                raise _refuse(f"{where}.{j}.image_url", "required: a data: URI or a URL (file_id is not supported)")
+            parts.append({"type": "image_url", "image_url": {"url": url}})
         elif kind in _MEDIA_PARTS:
-            raise _refuse(f"{where}.{j}", f"{kind} parts need a vision or audio model; this model reads text only")
+            raise _refuse(f"{where}.{j}", f"{kind} parts are not supported here (images go in message content "
+                                          f"as input_image, for a vision model)")
         else:
             raise _refuse(f"{where}.{j}.type", f"unsupported content part type {str(kind)[:40]!r} (expected "
-                                               f"input_text, output_text or refusal)")
-    return "\n".join(texts)
+                                               f"input_text, output_text, refusal or input_image)")
+    if any(p["type"] == "image_url" for p in parts):
+        return parts
+    return "\n".join(p["text"] for p in parts)
 
 
 def chat_messages(instructions: str | None, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -141,7 +150,8 @@ def chat_messages(instructions: str | None, items: list[dict[str, Any]]) -> list
             role = item.get("role")
             if role not in ROLES:
                 raise _refuse(f"{where}.role", f"expected one of {', '.join(ROLES)}, got {str(role)[:40]!r}")
-            out.append({"role": ROLES[role], "content": _content_text(item.get("content"), f"{where}.content")})
+            out.append({"role": ROLES[role],
+                        "content": _content_text(item.get("content"), f"{where}.content", images=True)})
             if thought and role == "assistant":
                 out[-1]["reasoning_content"] = thought
             thought = None

@@ -15,19 +15,18 @@ from llamacore.multimodal import load_images
 
 if TYPE_CHECKING:
     from llamacore._core import Image, Projector
-    from llamaserve.routes.requests import Acquired
     from llamaserve.settings import ServerConfig
 
 
-async def load_message_images(config: ServerConfig, acquired: Acquired,
+async def load_message_images(config: ServerConfig, engine: object, alias: str,
                               messages: list[dict[str, Any]]) -> tuple[Projector | None, list[Image] | None]:
     """(the model's projector, the messages' images in order), or (None, None) when they hold none.
     MediaError for an image the model cannot take or the media policy refuses."""
     urls = image_urls(messages)
     if not urls:
         return None, None
-    projector = getattr(acquired.engine, "projector", None)
+    projector = getattr(engine, "projector", None)
     if projector is None:
-        raise MediaError(f"image input is not supported: model {acquired.entry.alias!r} has no vision "
+        raise MediaError(f"image input is not supported: model {alias!r} has no vision "
                          "projector (clip_model_path, or mmproj, in its config entry)")
     return projector, await run_in_threadpool(load_images, projector, urls, config.media)

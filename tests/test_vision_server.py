@@ -180,3 +180,22 @@ def test_server_keeps_serving_after_bad_images(client, vision_server):
     for url in ("data:image/png;base64,AAAA", "data:image/gif;base64,R0lGODlh"):
         post(vision_server, {"model": "vision", "messages": message(url)})
     assert answer(client, data_uri(0))[1] > IMAGE_TOKENS
+
+
+def test_anthropic_image_block_equals_chat(client, vision_server):
+    import anthropic
+
+    png = base64.b64encode(image_bytes(pattern_image(1))).decode()
+    claude = anthropic.Anthropic(base_url=vision_server.base_url, api_key="x", max_retries=0)
+    out = claude.messages.create(model="vision", max_tokens=8, extra_body={"temperature": 0}, messages=[{"role": "user", "content": [
+        {"type": "text", "text": "What is in the picture?"},
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": png}}]}])
+    n_prompt = out.usage.input_tokens + (out.usage.cache_read_input_tokens or 0)    # Anthropic's split
+    assert (out.content[0].text, n_prompt) == answer(client, data_uri(1))
+
+
+def test_responses_input_image_equals_chat(client):
+    out = client.responses.create(model="vision", max_output_tokens=8, temperature=0, input=[{"role": "user", "content": [
+        {"type": "input_text", "text": "What is in the picture?"},
+        {"type": "input_image", "image_url": data_uri(2)}]}])
+    assert (out.output_text, out.usage.input_tokens) == answer(client, data_uri(2))

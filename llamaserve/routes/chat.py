@@ -47,7 +47,7 @@ async def chat_completions(request: Request) -> Response:
         template = acquired.loaded.chat_template(entry)
         messages = [m.model_dump(exclude_none=True) for m in body.messages]
         try:
-            projector, images = await load_message_images(state.config, acquired, messages)
+            projector, images = await load_message_images(state.config, engine, entry.alias, messages)
             tools, tool_grammar = tool_setup(template, body.tools, body.tool_choice)
             prompt = chat_input(engine.model, entry, template, messages, tools,
                                 reasoning_format=body.reasoning_format,
@@ -125,7 +125,8 @@ async def chat_input_tokens(request: Request) -> Response:
         template = acquired.loaded.chat_template(acquired.entry)
         messages = [m.model_dump(exclude_none=True) for m in body.messages]
         try:
-            projector, images = await load_message_images(request.app.state.config, acquired, messages)
+            projector, images = await load_message_images(request.app.state.config, acquired.engine,
+                                                         acquired.entry.alias, messages)
             tools, _ = tool_setup(template, body.tools, body.tool_choice)
             tokens = chat_input(acquired.engine.model, acquired.entry, template, messages, tools,
                                 chat_template_kwargs=body.chat_template_kwargs,

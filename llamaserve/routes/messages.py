@@ -45,6 +45,7 @@ from llamaserve.routes.requests import (
 )
 from llamaserve.sse import sse_response
 from llamaserve.thinking import chat_input
+from llamaserve.vision import load_message_images
 
 log = logging.getLogger("llamaserve")
 
@@ -73,8 +74,12 @@ async def count_tokens(request: Request) -> Response:
             template = loaded.chat_template(entry)
             tools, tool_choice = chat_tools(body)
             rendered_tools, _ = tool_setup(template, tools, tool_choice)
-            tokens = chat_input(loaded.model, entry, template, chat_messages(body), rendered_tools,
-                                chat_template_kwargs=template_kwargs(body)).tokens
+            messages_in = chat_messages(body)
+            projector, images = await load_message_images(request.app.state.config, loaded.engine, entry.alias,
+                                                          messages_in)
+            tokens = chat_input(loaded.model, entry, template, messages_in, rendered_tools,
+                                chat_template_kwargs=template_kwargs(body), projector=projector,
+                                images=images).tokens
         return JSONResponse({"input_tokens": len(tokens)})
     except ValueError as exc:
         return _error(APIError(400, str(exc)))
@@ -97,8 +102,9 @@ async def _messages(request: Request) -> Response:
         tools, tool_choice = chat_tools(body)
         try:
             rendered_tools, grammar = tool_setup(template, tools, tool_choice)
+            projector, images = await load_message_images(state.config, engine, entry.alias, messages_in)
             prompt = chat_input(engine.model, entry, template, messages_in, rendered_tools,
-                                chat_template_kwargs=template_kwargs(body))
+                                chat_template_kwargs=template_kwargs(body), projector=projector, images=images)
             tokens, template_stops, reasoning = prompt.tokens, prompt.stops, prompt.reasoning
         except ValueError as exc:
             raise APIError(400, str(exc)) from None
