@@ -271,12 +271,21 @@ def _entry(label: str, raw: dict, base_dir: Path, problems: Problems) -> tuple[s
         reasoning=raw.get("reasoning") or "auto", reasoning_format=raw.get("reasoning_format") or "auto",
         idle_unload=raw.get("idle_unload"), parallel=raw.get("parallel"), max_queue=raw.get("max_queue"),
         kv_unified=raw.get("kv_unified"), share_prefixes=raw.get("share_prefixes"),
-        speculative=raw.get("speculative"),
+        speculative=_speculative(label, raw.get("speculative"), base_dir, problems),
         json_whitespace=raw.get("json_whitespace"), isolation=raw.get("isolation"),
         step_timeout=raw.get("step_timeout"), max_rss=raw.get("max_rss"),
         sampling=MappingProxyType(dict(raw.get("sampling") or {})), clip_model_path=projector,
     )
     return label, entry
+
+
+def _speculative(label: str, settings: dict | None, base_dir: Path, problems: Problems) -> dict | None:
+    """The checked speculative settings, a draft model's path resolved and checked as a model file."""
+    if not settings or settings["draft_model"] == "ngram":
+        return settings
+    path = config_path(settings["draft_model"], base_dir)
+    _model_architecture(path, f"{label}.speculative.draft_model", problems)
+    return {**settings, "draft_model": str(path)}
 
 
 def _projector(label: str, raw: dict, base_dir: Path, problems: Problems) -> Path | None:

@@ -255,22 +255,36 @@ def _rpc_servers(v: Any) -> list[str]:
 SPECULATIVE_KEYS = ("draft_model", "n_draft", "ngram_size", "p_min")
 
 
-def _speculative(v: Any) -> dict[str, int]:
-    """`{draft_model: ngram, n_draft, ngram_size}`: prompt-lookup drafts, as {n_draft, ngram_size}."""
+def _speculative(v: Any) -> dict[str, Any]:
+    """`{draft_model: ngram, n_draft, ngram_size}` (prompt lookup) or `{draft_model: PATH, n_draft, p_min}`
+    (a draft model; config.py resolves and checks the path)."""
     if not isinstance(v, Mapping):
         raise Invalid(f"expected a mapping such as {{draft_model: ngram, n_draft: 8}}, got {v!r}")
     for key in v:
         if key not in SPECULATIVE_KEYS:
             raise Invalid(f"unknown key {key!r}{suggest(key, SPECULATIVE_KEYS)}")
-    if v.get("draft_model") != "ngram":
-        raise Invalid(f"draft_model: expected ngram (drafts by prompt lookup), got {v.get('draft_model')!r}; "
-                      f"draft model files are not supported yet")
-    if "p_min" in v:
-        raise Invalid("p_min: applies to draft models; prompt lookup (draft_model: ngram) has no draft probabilities")
+    draft = v.get("draft_model")
+    if not isinstance(draft, str) or not draft:
+        raise Invalid(f"draft_model: expected ngram (drafts by prompt lookup) or the path of a draft GGUF model, "
+                      f"got {draft!r}")
     try:
-        return {"n_draft": _int(1, 64)(v.get("n_draft", 8)), "ngram_size": _int(2, 8)(v.get("ngram_size", 3))}
+        n_draft = _int(1, 64)(v.get("n_draft", 8))
     except Invalid as e:
-        raise Invalid(f"n_draft or ngram_size: {e}") from None
+        raise Invalid(f"n_draft: {e}") from None
+    if draft == "ngram":
+        if "p_min" in v:
+            raise Invalid("p_min: applies to draft models; prompt lookup (draft_model: ngram) has no draft "
+                          "probabilities")
+        try:
+            return {"draft_model": "ngram", "n_draft": n_draft, "ngram_size": _int(2, 8)(v.get("ngram_size", 3))}
+        except Invalid as e:
+            raise Invalid(f"ngram_size: {e}") from None
+    if "ngram_size" in v:
+        raise Invalid("ngram_size: applies to prompt lookup (draft_model: ngram), not to a draft model")
+    p_min = v.get("p_min", 0.0)
+    if isinstance(p_min, bool) or not isinstance(p_min, (int, float)) or not 0.0 <= p_min < 1.0:
+        raise Invalid(f"p_min: expected a probability in [0, 1), got {p_min!r}")
+    return {"draft_model": draft, "n_draft": n_draft, "p_min": float(p_min)}
 
 
 def _at_most(check: Check, hi: float) -> Check:

@@ -36,7 +36,8 @@ from llamacore.multimodal import decode_image
 from llamacore.prefix import AdapterKey
 from llamaserve.errors import EngineClosedError, QueueFullError
 from llamaserve.scheduler import Emitted, GenRequest, Sampled, Scheduler, StepPlan
-from llamaserve.speculative import PromptLookup
+from llamaserve.draft_model import DraftModel, DraftModelSpec
+from llamaserve.speculative import Drafter, PromptLookup
 
 log = logging.getLogger("llamaserve.engine")
 
@@ -48,7 +49,7 @@ class Engine:
 
     def __init__(self, model_path: str, adapter_paths: list[str], *, parallel: int = 4, max_queue: int = 64,
                  n_ctx: int = 2048, kv_unified: bool = True, share_prefixes: bool = True,
-                 speculative: PromptLookup | None = None, projector_path: str | None = None,
+                 speculative: PromptLookup | DraftModelSpec | None = None, projector_path: str | None = None,
                  seed: int | None = None, model_kwargs: dict[str, Any] | None = None,
                  context_kwargs: dict[str, Any] | None = None) -> None:
         self.model = Model(model_path, **(model_kwargs or {}))
@@ -61,9 +62,12 @@ class Engine:
         self._image_batch = Batch(self.ctx.n_batch, embd=self.projector.n_embd) if self.projector else None
         self.max_queue = max_queue
         self.seed = seed                                     # sampling seed of requests that set none
+        drafter: Drafter | None = speculative if not isinstance(speculative, DraftModelSpec) else DraftModel(
+            speculative, self.model, n_seq=parallel, n_ctx_seq=self.n_ctx_seq, n_threads=self.ctx.n_threads,
+            model_kwargs={k: v for k, v in (model_kwargs or {}).items() if k in ("n_gpu_layers", "main_gpu")})
         # sharing a prefix between sequences copies part of one: only a unified cache can
         self.scheduler = Scheduler(parallel, n_batch=self.ctx.n_batch, n_ctx_seq=self.n_ctx_seq,
-                                   share_prefixes=share_prefixes and self.ctx.kv_unified, drafter=speculative)
+                                   share_prefixes=share_prefixes and self.ctx.kv_unified, drafter=drafter)
         self._name = os.path.basename(model_path)
         self._samplers: dict[GenRequest, Sampler] = {}
         self._inbox: deque[GenRequest] = deque()

@@ -18,7 +18,7 @@ from llamaserve.config_keys import DEFAULT_ISOLATION
 from llamaserve.engine import Engine
 from llamaserve.logs import request_id
 from llamaserve.settings import ModelEntry, ServerConfig
-from llamaserve.speculative import PromptLookup
+from llamaserve.speculative import drafter_spec
 from llamaserve.worker_engine import WorkerEmbedder, WorkerEngine
 from llamaserve.worker_process import WorkerProcess
 
@@ -70,7 +70,7 @@ def build_engine(entry: ModelEntry, config: ServerConfig, label: str, watch: Sup
     if isolation(entry) == "process":
         spec = {**options, **_worker_spec(entry, config, label), "speculative": speculative}
         return WorkerEngine(spec, **_worker_options(entry, label, watch))
-    drafter = PromptLookup(speculative["n_draft"], speculative["ngram_size"]) if speculative else None
+    drafter = drafter_spec(speculative) if speculative else None
     projector = os.fspath(entry.clip_model_path) if entry.clip_model_path else None
     return Engine(os.fspath(entry.model), [], speculative=drafter, projector_path=projector, **options)
 

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING
 from llamacore.events import EngineEvent, Failed, Finished, FinishReason, Token
 from llamacore.multimodal import image_boundary
 from llamacore.prefix import AdapterKey, common_prefix, reusable_prefix
-from llamaserve.speculative import DraftPacing, NgramIndex, PromptLookup
+from llamaserve.speculative import DraftIndex, Drafter, DraftPacing
 
 if TYPE_CHECKING:
     from llamacore._core import ImageChunk
@@ -90,7 +90,7 @@ class Slot:
     pending: list[int] = field(default_factory=list)   # prompt left to decode, or the token to feed back
     generated: int = 0
     pacing: DraftPacing = field(default_factory=DraftPacing)
-    ngrams: NgramIndex | None = None                   # the drafter's index of this sequence
+    ngrams: DraftIndex | None = None                   # the drafter's state for this sequence
 
 
 @dataclass(frozen=True)
@@ -150,7 +150,7 @@ class Scheduler:
     """Slots, waiting requests and the policy that packs them into decode steps."""
 
     def __init__(self, n_slots: int, *, n_batch: int, n_ctx_seq: int, share_prefixes: bool = False,
-                 share_min: int = 64, drafter: PromptLookup | None = None) -> None:
+                 share_min: int = 64, drafter: Drafter | None = None) -> None:
         self.slots = [Slot(seq) for seq in range(n_slots)]
         self.waiting: deque[GenRequest] = deque()
         self.n_batch = n_batch
@@ -209,7 +209,7 @@ class Scheduler:
             if source is not None:
                 slot.cached = list(req.tokens[:shared])
             slot.adapters, slot.req, slot.generated, slot.pacing = req.adapters, req, 0, DraftPacing()
-            slot.ngrams = self.drafter.index() if self.drafter else None
+            slot.ngrams = self.drafter.index(slot.seq) if self.drafter else None
             slot.pending = list(req.tokens[len(slot.cached):])
             slot.state = SlotState.PREFILLING
             admitted.append(Admission(slot, req, keep, source, shared))

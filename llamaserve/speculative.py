@@ -14,6 +14,31 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
+
+
+class DraftIndex(Protocol):
+    """One sequence's drafter: proposals after its growing context."""
+
+    def propose(self, context: Sequence[int], limit: int) -> list[int]: ...
+
+
+class Drafter(Protocol):
+    """What the scheduler drafts with: prompt lookup, or a draft model (llamaserve.draft_model)."""
+
+    @property
+    def n_draft(self) -> int: ...
+
+    def index(self, seq: int = 0) -> DraftIndex: ...
+
+
+def drafter_spec(settings: dict[str, Any]) -> Any:
+    """A config's checked `speculative` settings as what an Engine takes: a PromptLookup, or a
+    DraftModelSpec (the engine loads the draft model next to its own)."""
+    if settings.get("draft_model", "ngram") == "ngram":
+        return PromptLookup(settings["n_draft"], settings["ngram_size"])
+    from llamaserve.draft_model import DraftModelSpec
+    return DraftModelSpec(settings["draft_model"], settings["n_draft"], settings["p_min"])
 
 
 @dataclass(frozen=True)
@@ -31,7 +56,7 @@ class PromptLookup:
         if self.n_draft < 1 or self.ngram < 2:
             raise ValueError(f"invalid prompt lookup settings: n_draft={self.n_draft}, ngram={self.ngram}")
 
-    def index(self) -> NgramIndex:
+    def index(self, seq: int = 0) -> NgramIndex:
         return NgramIndex(self)
 
     def propose(self, context: Sequence[int], limit: int) -> list[int]:

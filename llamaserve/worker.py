@@ -24,7 +24,7 @@ from llamacore.events import EngineEvent, Failed
 from llamaserve.engine import Engine
 from llamaserve.logs import configure, loading_model, request_id
 from llamaserve.scheduler import GenRequest
-from llamaserve.speculative import PromptLookup
+from llamaserve.speculative import drafter_spec
 from llamaserve.worker_messages import FAILED, FINISHED, decode_sampling, encode_error, encode_event
 from llamaserve.worker_wire import ConnectionClosed, Wire
 
@@ -43,7 +43,7 @@ class EngineHost:
         self.engine = Engine(
             spec["model"], [], parallel=spec["parallel"], max_queue=spec["max_queue"], n_ctx=spec["n_ctx"],
             kv_unified=spec["kv_unified"], share_prefixes=spec["share_prefixes"], seed=spec.get("seed"),
-            speculative=PromptLookup(speculative["n_draft"], speculative["ngram_size"]) if speculative else None,
+            speculative=drafter_spec(speculative) if speculative else None,
             model_kwargs=spec["model_kwargs"], context_kwargs=spec["context_kwargs"])
         self.requests: dict[int, GenRequest] = {}
         self._events: list[tuple] = []

@@ -113,7 +113,7 @@ def test_their_keys_and_value_spellings_are_translated(work, caplog):
         "n_threads": os.cpu_count(), "n_threads_batch": os.cpu_count(), "split_mode": "row", "type_k": "q8_0",
         "type_v": "f16", "kv_overrides": {"tokenizer.ggml.add_bos_token": False, "some.int": 3},
     }                                               # seed 0xFFFFFFFF is their random seed: none set
-    assert fast.speculative == {"n_draft": 5, "ngram_size": 2} and fast.load["seed"] == 42
+    assert fast.speculative == {"draft_model": "ngram", "n_draft": 5, "ngram_size": 2} and fast.load["seed"] == 42
     assert tuned.base_key() != fast.base_key()
     warnings = [r.getMessage() for r in caplog.records]
     assert len(warnings) == 2

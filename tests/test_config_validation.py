@@ -160,8 +160,11 @@ models:
 
 
 @pytest.mark.parametrize("value, message", [
-    ("{draft_model: ngram, n_draft: 0}", "n_draft or ngram_size: must be between 1 and 64, got 0"),
-    ("{draft_model: models/draft.gguf}", "draft_model: expected ngram (drafts by prompt lookup)"),
+    ("{draft_model: ngram, n_draft: 0}", "n_draft: must be between 1 and 64, got 0"),
+    ("{draft_model: ngram, ngram_size: 1}", "ngram_size: must be between 2 and 8, got 1"),
+    ("{draft_model: 7}", "draft_model: expected ngram (drafts by prompt lookup) or the path of a draft GGUF"),
+    ("{draft_model: models/model.gguf, ngram_size: 3}", "ngram_size: applies to prompt lookup"),
+    ("{draft_model: models/model.gguf, p_min: 1.5}", "p_min: expected a probability in [0, 1)"),
     ("{draft_model: ngram, p_min: 0.5}", "p_min: applies to draft models"),
     ("{draft_model: ngram, n_drafts: 4}", "unknown key 'n_drafts' (did you mean 'n_draft'?)"),
     ("8", "expected a mapping such as"),
@@ -172,9 +175,14 @@ def test_speculative_settings_are_checked(work, value, message):
     assert len(found) == 1 and found[0].startswith(f"{path}: models[0].speculative: {message}"), found
 
 
+def test_speculative_draft_model_path_is_checked(work):
+    path = yaml_config(work, "models: [{alias: a, model: models/model.gguf, speculative: {draft_model: models/none.gguf}}]\n")
+    assert problems(path) == [f"{path}: models[0].speculative.draft_model: file not found: {work / 'models/none.gguf'}"]
+
+
 def test_speculative_prompt_lookup_loads(work):
     from llamaserve.config import load_config
 
     path = yaml_config(work, "defaults: {speculative: {draft_model: ngram, n_draft: 6}}\n"
                              "models: [{alias: a, model: models/model.gguf}]\n")
-    assert dict(load_config(path).models[0].speculative) == {"n_draft": 6, "ngram_size": 3}
+    assert dict(load_config(path).models[0].speculative) == {"draft_model": "ngram", "n_draft": 6, "ngram_size": 3}

@@ -1,0 +1,128 @@
+"""Draft tokens from a small draft model (speculative decoding), for the engine's scheduler.
+
+The draft model runs on the engine's thread, in a context of its own with one sequence per
+engine slot. Before each step the scheduler asks a generating sequence's `DraftSequence` for up
+to n tokens after its context: the draft sequence first catches up with the context (decoding
+what it has not seen, dropping what was rejected since), then drafts greedily, one decode per
+token, stopping early below `p_min`. The engine verifies the drafts in its shared batch exactly
+as it verifies prompt-lookup drafts, so outputs are what plain decoding gives.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from llamacore import Batch, Context, Model
+
+
+@dataclass(frozen=True)
+class DraftModelSpec:
+    """What a config's `speculative: {draft_model: PATH, n_draft, p_min}` asks for."""
+
+    path: str
+    n_draft: int = 8
+    p_min: float = 0.0
+
+
+class DraftModel:
+    """A draft model loaded for one engine's target model (same vocabulary)."""
+
+    def __init__(self, spec: DraftModelSpec, target: Model, *, n_seq: int, n_ctx_seq: int,
+                 model_kwargs: dict[str, Any] | None = None, n_threads: int | None = None) -> None:
+        self.spec = spec
+        self.n_draft = spec.n_draft
+        self.model = Model(spec.path, **(model_kwargs or {}))
+        _check_vocab(self.model, target, spec.path)
+        self.ctx = Context(self.model, n_ctx=n_ctx_seq * n_seq, n_seq_max=n_seq, kv_unified=True,
+                           n_threads=n_threads, n_threads_batch=n_threads)
+        self.n_ctx_seq = n_ctx_seq
+        self.batch = Batch(self.ctx.n_batch)
+        self.decodes = 0                      # draft-model decode calls, for tests and metrics
+        self._sequences: dict[int, DraftSequence] = {}
+
+    def index(self, seq: int = 0) -> DraftSequence:
+        """Sequence `seq`'s drafter; it keeps what the draft context holds across requests (a
+        new request that starts like the last one reuses that prefix)."""
+        if seq not in self._sequences:
+            self._sequences[seq] = DraftSequence(self, seq)
+        return self._sequences[seq]
+
+
+class DraftSequence:
+    """One engine sequence's drafts: the draft context's sequence `seq` follows its tokens."""
+
+    def __init__(self, draft: DraftModel, seq: int) -> None:
+        self.draft = draft
+        self.seq = seq
+        self.known: list[int] = []            # tokens whose KV is in the draft context's sequence
+        draft.ctx.kv_remove(seq, 0, -1)
+
+    def propose(self, context: Sequence[int], limit: int) -> list[int]:
+        """Up to `limit` (and n_draft) greedy draft tokens after `context`; [] for a context with
+        images (the draft model has no projector) or one that would not fit."""
+        d = self.draft
+        limit = min(limit, d.n_draft, d.n_ctx_seq - len(context) - 1)
+        if limit <= 0 or any(t < 0 for t in context[len(self.known):]) or not context:
+            return []
+        keep = _common_prefix(self.known, context)
+        if keep == len(context):              # the last token must be decoded again for its logits
+            keep -= 1
+        if keep < len(self.known):
+            d.ctx.kv_remove(self.seq, keep, -1)
+            del self.known[keep:]
+        ctx, batch, step = d.ctx, d.batch, d.ctx.n_batch
+        for start in range(keep, len(context), step):
+            piece = list(context[start:start + step])
+            batch.clear()
+            batch.add_sequence(piece, start, self.seq, logits_last=True)
+            ctx.decode(batch)
+            d.decodes += 1
+            self.known.extend(piece)
+        out: list[int] = []
+        while True:
+            logits = ctx.logits(-1)
+            token = int(np.argmax(logits))
+            if d.spec.p_min > 0 and _probability(logits, token) < d.spec.p_min:
+                break
+            if d.model.is_eog(token):
+                break
+            out.append(token)
+            if len(out) >= limit:
+                break
+            batch.clear()
+            batch.add(token, len(self.known), self.seq, logits=True)
+            ctx.decode(batch)
+            d.decodes += 1
+            self.known.append(token)
+        return out
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+def _probability(logits: np.ndarray, token: int) -> float:
+    """softmax(logits)[token]."""
+    return float(1.0 / np.exp(logits - logits[token]).sum())
+
+
+def _check_vocab(draft: Model, target: Model, path: str) -> None:
+    """A draft must tokenize as the target does: same vocabulary size and special tokens."""
+    facts = [("vocabulary size", draft.n_vocab, target.n_vocab), ("BOS token", draft.token_bos, target.token_bos),
+             ("EOS token", draft.token_eos, target.token_eos)]
+    for what, mine, theirs in facts:
+        if mine != theirs:
+            raise ValueError(f"draft model {os.path.basename(path)} does not match the model it drafts for: "
+                             f"its {what} is {mine}, the model's is {theirs}")
+    sample = range(0, target.n_vocab, max(1, target.n_vocab // 64))
+    if any(draft.token_to_piece(t, True) != target.token_to_piece(t, True) for t in sample):
+        raise ValueError(f"draft model {os.path.basename(path)} has another vocabulary than the model it drafts for")

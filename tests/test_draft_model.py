@@ -1,0 +1,73 @@
+"""Speculative decoding with a draft model in the engine: the plain answers, drafts really decoded."""
+
+import threading
+
+import pytest
+
+from helpers import N_THREADS
+from llamacore.events import Started, Token
+from llamacore.sampling import SamplingParams
+from llamaserve.draft_model import DraftModelSpec
+from llamaserve.engine import Engine
+from llamaserve.scheduler import GenRequest
+
+GREEDY = SamplingParams(temperature=0)
+PROMPTS = [[1] + [100 + (i % 17) for i in range(60)], [1, 900, 901, 902], [1, 5, 6, 7, 8, 9, 10]]
+
+
+def serve(model_path, spec, prompts=PROMPTS, n=40):
+    """Greedy answers to `prompts`, submitted together, and the engine's (drafted, accepted) counts."""
+    engine = Engine(str(model_path), [], parallel=3, n_ctx=256, speculative=spec,
+                    context_kwargs={"n_threads": N_THREADS, "n_batch": 64, "n_ubatch": 64}).start()
+    out = {i: [] for i in range(len(prompts))}
+    ended = threading.Semaphore(0)
+
+    def emit_for(i):
+        def emit(event):
+            if isinstance(event, Token):
+                out[i].append(event.id)
+            elif not isinstance(event, Started):
+                ended.release()
+        return emit
+    try:
+        for i, p in enumerate(prompts):
+            engine.submit(GenRequest(p, GREEDY, n, (), emit_for(i)))
+        for _ in prompts:
+            assert ended.acquire(timeout=60)
+        return out, engine.scheduler.drafted, engine.scheduler.accepted
+    finally:
+        engine.close()
+
+
+@pytest.fixture(scope="module")
+def plain(tiny_model_path):
+    return serve(tiny_model_path, None)[0]
+
+
+def test_the_model_itself_as_draft_is_always_right(tiny_model_path, plain):
+    out, drafted, accepted = serve(tiny_model_path, DraftModelSpec(str(tiny_model_path), n_draft=4))
+    assert out == plain
+    assert drafted > 20 and accepted == drafted       # greedy drafts of the same model all pass
+
+
+def test_another_model_as_draft_changes_nothing(tiny_model_path, tiny_models_dir, plain):
+    from tiny_models import TinyModelSpec, write_model
+
+    other = write_model(tiny_models_dir / "draft-other.gguf", TinyModelSpec(seed=11, n_layer=1, name="draft"))
+    out, drafted, accepted = serve(tiny_model_path, DraftModelSpec(str(other), n_draft=4))
+    assert out == plain and drafted > 0 and accepted < drafted
+
+
+def test_p_min_stops_unsure_drafts(tiny_model_path, plain):
+    _, all_drafted, _ = serve(tiny_model_path, DraftModelSpec(str(tiny_model_path), n_draft=4))
+    out, drafted, _ = serve(tiny_model_path, DraftModelSpec(str(tiny_model_path), n_draft=4, p_min=0.9))
+    assert out == plain and drafted < all_drafted
+
+
+def test_a_draft_with_another_vocabulary_is_refused(tiny_model_path, tmp_path):
+    from tiny_models import DEFAULT_VOCAB_PATH, TinyModelSpec, write_model
+
+    gpt2 = write_model(tmp_path / "gpt2-vocab.gguf", TinyModelSpec(name="x"),
+                       vocab_path=DEFAULT_VOCAB_PATH.parent / "ggml-vocab-gpt-2.gguf")
+    with pytest.raises(ValueError, match="its vocabulary size is 50257, the model's is 32000"):
+        Engine(str(tiny_model_path), [], parallel=1, n_ctx=128, speculative=DraftModelSpec(str(gpt2)))
