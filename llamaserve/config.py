@@ -297,9 +297,6 @@ def _projector(label: str, raw: dict, base_dir: Path, problems: Problems) -> Pat
         return None
     if raw.get("embedding"):
         problems.add(f"{label}.{key}", "applies only to generation models (embedding models take no images)")
-    if raw.get("isolation") == "process":
-        problems.add(f"{label}.{key}", "vision models run with isolation: thread for now (the worker process "
-                                       "protocol carries token ids, not images); remove isolation: process")
     path = config_path(raw[key], base_dir)
     header = read_gguf(path, f"{label}.{key}", problems)
     if header is not None and header.type not in ("mmproj", None):

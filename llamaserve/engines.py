@@ -29,9 +29,7 @@ AnyEngine = Engine | WorkerEngine       # the same interface, in this process or
 
 
 def isolation(entry: ModelEntry) -> str:
-    """The entry's own, else the default; vision models run in the server process (the worker
-    protocol carries token ids, not images; config refuses an explicit `process` for them)."""
-    return entry.isolation or ("thread" if entry.clip_model_path else DEFAULT_ISOLATION)
+    return entry.isolation or DEFAULT_ISOLATION
 
 
 def _worker_spec(entry: ModelEntry, config: ServerConfig, label: str) -> dict[str, Any]:
@@ -67,11 +65,11 @@ def build_engine(entry: ModelEntry, config: ServerConfig, label: str, watch: Sup
         "context_kwargs": {k: v for k, v in params.items() if k in CONTEXT_KEYS},
     }
     speculative = dict(entry.speculative) if entry.speculative else None
+    projector = os.fspath(entry.clip_model_path) if entry.clip_model_path else None
     if isolation(entry) == "process":
-        spec = {**options, **_worker_spec(entry, config, label), "speculative": speculative}
+        spec = {**options, **_worker_spec(entry, config, label), "speculative": speculative, "projector": projector}
         return WorkerEngine(spec, **_worker_options(entry, label, watch))
     drafter = drafter_spec(speculative) if speculative else None
-    projector = os.fspath(entry.clip_model_path) if entry.clip_model_path else None
     return Engine(os.fspath(entry.model), [], speculative=drafter, projector_path=projector, **options)
 
 

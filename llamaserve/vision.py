@@ -6,12 +6,15 @@ loop keeps serving; every refusal is a MediaError, which the routes answer with 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from starlette.concurrency import run_in_threadpool
 
 from llamacore.media import MediaError, image_urls
 from llamacore.multimodal import load_images
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from llamacore._core import Image, Projector
@@ -30,3 +33,11 @@ async def load_message_images(config: ServerConfig, engine: object, alias: str,
         raise MediaError(f"image input is not supported: model {alias!r} has no vision "
                          "projector (clip_model_path, or mmproj, in its config entry)")
     return projector, await run_in_threadpool(load_images, projector, urls, config.media)
+
+
+async def prompt_off_loop(images: list[Any] | None, build: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """build(*args, **kwargs) for a prompt: on a worker thread when it has images (laying them out
+    decodes them, and for a model in a worker process waits on that process), else right here."""
+    if images:
+        return await run_in_threadpool(build, *args, **kwargs)
+    return build(*args, **kwargs)

@@ -23,6 +23,7 @@ from llamacore import Llama
 from llamacore.events import EngineEvent, Failed
 from llamaserve.engine import Engine
 from llamaserve.logs import configure, loading_model, request_id
+from llamaserve.media_wire import ChunkCache
 from llamaserve.scheduler import GenRequest
 from llamaserve.speculative import drafter_spec
 from llamaserve.worker_messages import FAILED, FINISHED, decode_sampling, encode_error, encode_event
@@ -43,8 +44,9 @@ class EngineHost:
         self.engine = Engine(
             spec["model"], [], parallel=spec["parallel"], max_queue=spec["max_queue"], n_ctx=spec["n_ctx"],
             kv_unified=spec["kv_unified"], share_prefixes=spec["share_prefixes"], seed=spec.get("seed"),
-            speculative=drafter_spec(speculative) if speculative else None,
+            speculative=drafter_spec(speculative) if speculative else None, projector_path=spec.get("projector"),
             model_kwargs=spec["model_kwargs"], context_kwargs=spec["context_kwargs"])
+        self.chunks = ChunkCache(self.engine.projector) if self.engine.projector is not None else None
         self.requests: dict[int, GenRequest] = {}
         self._events: list[tuple] = []
         self._lock = threading.Lock()
@@ -57,7 +59,13 @@ class EngineHost:
     def calls(self) -> dict[str, Callable[..., Any]]:
         def add_adapter(path: str) -> None:
             self.engine.add_adapter(path)
-        return {"add_adapter": add_adapter, "remove_adapter": self.engine.remove_adapter}
+
+        def tokenize_media(parts: list[str | bytes], add_special: bool, parse_special: bool) -> list[Any]:
+            if self.chunks is None:
+                raise ValueError("image input is not supported: this model has no vision projector")
+            return self.chunks.tokenize(parts, add_special, parse_special)
+        return {"add_adapter": add_adapter, "remove_adapter": self.engine.remove_adapter,
+                "tokenize_media": tokenize_media}
 
     def start(self) -> None:
         self.engine.on_step = self.flush
@@ -65,15 +73,29 @@ class EngineHost:
 
     def submit(self, items: list[list]) -> None:
         """Requests that arrived in one frame, queued together (they enter the same step)."""
-        reqs = []
-        for rid, tokens, sampling, max_tokens, adapters, n_logprobs, ignore_eos, progress in items:
+        reqs: list[GenRequest] = []
+        failed: list[tuple[GenRequest, Exception]] = []
+        for rid, tokens, sampling, max_tokens, adapters, n_logprobs, ignore_eos, progress, images in items:
+            placed: dict[int, Any] = {}
+            error: Exception | None = None
+            if images:
+                try:
+                    if self.chunks is None:
+                        raise ValueError("image input is not supported: this model has no vision projector")
+                    tokens, placed = self.chunks.prompt(tokens, images)
+                except ValueError as exc:
+                    error = exc
             req = GenRequest(tokens, decode_sampling(sampling), max_tokens, tuple((p, s) for p, s in adapters),
-                             self._emitter(rid), n_logprobs=n_logprobs, ignore_eos=ignore_eos, progress=progress)
+                             self._emitter(rid), n_logprobs=n_logprobs, ignore_eos=ignore_eos, progress=progress,
+                             images=placed)
             self.requests[rid] = req
-            reqs.append(req)
-        refused = [(req, e) for req, e in zip(reqs, self.engine.submit_all(reqs)) if e is not None]
-        for req, error in refused:       # the server checked the same limits; a race at most
-            req.emit(Failed(error))
+            if error is None:
+                reqs.append(req)
+            else:
+                failed.append((req, error))
+        refused = failed + [(req, e) for req, e in zip(reqs, self.engine.submit_all(reqs)) if e is not None]
+        for req, problem in refused:     # the server checked the same limits; a race at most
+            req.emit(Failed(problem))
         if refused:
             self.flush()
 

@@ -17,6 +17,7 @@ import msgspec
 
 from llamacore.events import Failed
 from llamaserve.errors import QueueFullError
+from llamaserve.media_wire import RemoteProjector, wire_prompt
 from llamaserve.scheduler import GenRequest
 from llamaserve.worker_messages import FINISHED, FAILED, decode_event, encode_sampling
 from llamaserve.worker_process import WorkerProcess
@@ -44,6 +45,7 @@ class WorkerEngine(WorkerProcess):
         self.n_ctx_seq: int = self.info["n_ctx_seq"]
         self.capacity: int = self.info["capacity"]
         self.model = self._vocab(spec["model"], spec["model_kwargs"])
+        self.projector = RemoteProjector(self) if spec.get("projector") else None
 
     def start(self) -> WorkerEngine:
         return self
@@ -72,8 +74,10 @@ class WorkerEngine(WorkerProcess):
         if len(req.tokens) >= self.n_ctx_seq:
             raise ValueError(f"prompt has {len(req.tokens)} tokens; the context holds {self.n_ctx_seq}")
         rid = next(self._ids)
-        item = self.wire.encode_item([rid, req.tokens, encode_sampling(req.sampling), req.max_tokens,
-                                      [list(a) for a in req.adapters], req.n_logprobs, req.ignore_eos, req.progress])
+        tokens, images = wire_prompt(req.tokens, req.images)
+        item = self.wire.encode_item([rid, tokens, encode_sampling(req.sampling), req.max_tokens,
+                                      [list(a) for a in req.adapters], req.n_logprobs, req.ignore_eos, req.progress,
+                                      images])
         if not self.alive or self._closing:
             raise self._gone_error()
         if len(self._requests) >= self.capacity:

@@ -2,9 +2,10 @@
 
 Server -> worker:
     ("load", spec)                     first frame: what to load (WorkerSpec.as_message)
-    ("submit", [[rid, tokens, sampling, max_tokens, adapters, n_logprobs, ignore_eos, progress], ...])
+    ("submit", [[rid, tokens, sampling, max_tokens, adapters, n_logprobs, ignore_eos, progress, images], ...])
+                                       images: [start, image id] (llamaserve.media_wire)
     ("cancel", rid)
-    ("call", cid, name, args)          add_adapter / remove_adapter / create_embedding
+    ("call", cid, name, args)          add_adapter / remove_adapter / tokenize_media / create_embedding
     ("close",)
 Worker -> server:
     ("ready", info) or ("load_failed", error)

@@ -41,8 +41,9 @@ def slow_url():
     httpd.shutdown()
 
 
-@pytest.fixture(scope="module")
-def vision_server(tmp_path_factory, tiny_model_path, projector_path, media_dir):
+@pytest.fixture(scope="module", params=["thread", "process"])
+def vision_server(request, tmp_path_factory, tiny_model_path, projector_path, media_dir):
+    """The vision model in the server process, or in a worker process (its projector there too)."""
     from server import ServerProcess
 
     # per-sequence KV caches: in the unified cache the attention window of a sequence spans what the
@@ -50,7 +51,7 @@ def vision_server(tmp_path_factory, tiny_model_path, projector_path, media_dir):
     # cells), and "concurrent equals one by one" would hold only up to rounding
     config = {
         "parallel": 4, "kv_unified": False,
-        "defaults": {"n_ctx": 256, "n_threads": N_THREADS},
+        "defaults": {"n_ctx": 256, "n_threads": N_THREADS, "isolation": request.param},
         "media": {"max_images_per_request": 3, "max_bytes": "64KiB", "timeout": "1s",
                   "allowed_dirs": [str(media_dir)]},
         "models": [

@@ -30,7 +30,7 @@ from llamaserve.routes.requests import (
 from llamaserve.schemas import ChatRequest
 from llamaserve.structured import check_grammar, response_grammar
 from llamaserve.thinking import chat_input
-from llamaserve.vision import load_message_images
+from llamaserve.vision import load_message_images, prompt_off_loop
 
 
 async def chat_completions(request: Request) -> Response:
@@ -49,12 +49,11 @@ async def chat_completions(request: Request) -> Response:
         try:
             projector, images = await load_message_images(state.config, engine, entry.alias, messages)
             tools, tool_grammar = tool_setup(template, body.tools, body.tool_choice)
-            prompt = chat_input(engine.model, entry, template, messages, tools,
-                                reasoning_format=body.reasoning_format,
-                                chat_template_kwargs=body.chat_template_kwargs, reasoning_effort=body.reasoning_effort,
-                                add_generation_prompt=body.add_generation_prompt,
-                                continue_final_message=body.continue_final_message,
-                                projector=projector, images=images)
+            prompt = await prompt_off_loop(
+                images, chat_input, engine.model, entry, template, messages, tools,
+                reasoning_format=body.reasoning_format, chat_template_kwargs=body.chat_template_kwargs,
+                reasoning_effort=body.reasoning_effort, add_generation_prompt=body.add_generation_prompt,
+                continue_final_message=body.continue_final_message, projector=projector, images=images)
             tokens, template_stops, reasoning = prompt.tokens, prompt.stops, prompt.reasoning
             if tool_grammar and body.grammar is not None:
                 raise ValueError("grammar cannot be combined with a tool_choice that forces a call")
@@ -128,11 +127,12 @@ async def chat_input_tokens(request: Request) -> Response:
             projector, images = await load_message_images(request.app.state.config, acquired.engine,
                                                          acquired.entry.alias, messages)
             tools, _ = tool_setup(template, body.tools, body.tool_choice)
-            tokens = chat_input(acquired.engine.model, acquired.entry, template, messages, tools,
-                                chat_template_kwargs=body.chat_template_kwargs,
-                                reasoning_effort=body.reasoning_effort, add_generation_prompt=body.add_generation_prompt,
-                                continue_final_message=body.continue_final_message,
-                                projector=projector, images=images).tokens
+            prompt = await prompt_off_loop(
+                images, chat_input, acquired.engine.model, acquired.entry, template, messages, tools,
+                chat_template_kwargs=body.chat_template_kwargs, reasoning_effort=body.reasoning_effort,
+                add_generation_prompt=body.add_generation_prompt,
+                continue_final_message=body.continue_final_message, projector=projector, images=images)
+            tokens = prompt.tokens
         except ValueError as exc:
             raise APIError(400, str(exc)) from None
     return JSONResponse({"input_tokens": len(tokens)})

@@ -45,7 +45,7 @@ from llamaserve.routes.requests import (
 )
 from llamaserve.sse import sse_response
 from llamaserve.thinking import chat_input
-from llamaserve.vision import load_message_images
+from llamaserve.vision import load_message_images, prompt_off_loop
 
 log = logging.getLogger("llamaserve")
 
@@ -77,9 +77,9 @@ async def count_tokens(request: Request) -> Response:
             messages_in = chat_messages(body)
             projector, images = await load_message_images(request.app.state.config, loaded.engine, entry.alias,
                                                           messages_in)
-            tokens = chat_input(loaded.model, entry, template, messages_in, rendered_tools,
-                                chat_template_kwargs=template_kwargs(body), projector=projector,
-                                images=images).tokens
+            tokens = (await prompt_off_loop(images, chat_input, loaded.model, entry, template, messages_in,
+                                            rendered_tools, chat_template_kwargs=template_kwargs(body),
+                                            projector=projector, images=images)).tokens
         return JSONResponse({"input_tokens": len(tokens)})
     except ValueError as exc:
         return _error(APIError(400, str(exc)))
@@ -103,8 +103,9 @@ async def _messages(request: Request) -> Response:
         try:
             rendered_tools, grammar = tool_setup(template, tools, tool_choice)
             projector, images = await load_message_images(state.config, engine, entry.alias, messages_in)
-            prompt = chat_input(engine.model, entry, template, messages_in, rendered_tools,
-                                chat_template_kwargs=template_kwargs(body), projector=projector, images=images)
+            prompt = await prompt_off_loop(images, chat_input, engine.model, entry, template, messages_in,
+                                           rendered_tools, chat_template_kwargs=template_kwargs(body),
+                                           projector=projector, images=images)
             tokens, template_stops, reasoning = prompt.tokens, prompt.stops, prompt.reasoning
         except ValueError as exc:
             raise APIError(400, str(exc)) from None

@@ -41,7 +41,7 @@ from llamaserve.responses_api import (
 from llamaserve.routes.requests import acquire_engine, check_prompt_fits, count_adapter_usage, parse_body, sampling_for
 from llamaserve.sse import sse_response
 from llamaserve.thinking import chat_input
-from llamaserve.vision import load_message_images
+from llamaserve.vision import load_message_images, prompt_off_loop
 
 
 class Events:
@@ -136,9 +136,9 @@ async def create_response(request: Request) -> Response:
             rendered_tools, grammar = tool_setup(template, tools, tool_choice)
         with _refused_as("input"):
             projector, images = await load_message_images(state.config, engine, entry.alias, messages)
-            prompt = chat_input(engine.model, entry, template, messages, rendered_tools,
-                                reasoning_effort=(body.reasoning or {}).get("effort"), projector=projector,
-                                images=images)
+            prompt = await prompt_off_loop(images, chat_input, engine.model, entry, template, messages,
+                                           rendered_tools, reasoning_effort=(body.reasoning or {}).get("effort"),
+                                           projector=projector, images=images)
             tokens, stops, reasoning = prompt.tokens, prompt.stops, prompt.reasoning
         if grammar is None and text_format is not None:          # (a forced call has no text to format)
             with _refused_as("text.format.schema"):
