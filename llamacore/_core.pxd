@@ -3,7 +3,7 @@
 # Each concept keeps its own .pxd/.pyx pair under core/, included here as uvloop does.
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
 
-from llamacore.includes cimport llama, mtmd
+from llamacore.includes cimport ggml, llama, mtmd
 from llamacore.includes.llama cimport llama_token, llama_pos, llama_seq_id
 
 include "core/model.pxd"

@@ -19,8 +19,12 @@ cdef class Context:
     cdef object abort_callback
     cdef dict _adapters
     cdef dict _seq_adapters         # seq_id -> {LoraAdapter: scale}: keeps them alive while in use
+    cdef ggml.ggml_threadpool * _pool           # CPU threads for generation steps (owned)
+    cdef ggml.ggml_threadpool * _pool_batch     # ...and for prompt batches (owned; may be _pool)
 
     cdef int _validate(self, Batch batch) except -1
     cdef int _run(self, Batch batch, bint encode) except -1
     cdef int _check_seq(self, int seq_id, bint allow_all) except -1
     cdef dict _apply_adapters(self, int seq_id, adapters)
+    cdef int _attach_pools(self) except -1
+    cdef void _free_pools(self) noexcept

@@ -13,6 +13,8 @@ cdef class Context:
 
     def __cinit__(self):
         self.ptr = NULL
+        self._pool = NULL
+        self._pool_batch = NULL
         self.abort_state.requested = False
         self.abort_state.callback = NULL
 
@@ -37,6 +39,7 @@ cdef class Context:
             self.ptr = llama.llama_init_from_model(model.ptr, p)
         if self.ptr == NULL:
             raise ValueError(f"failed to create context: {_errors_since_mark() or 'unknown reason'}")
+        self._attach_pools()
         self.mem = llama.llama_get_memory(self.ptr)
         self.n_ctx = llama.llama_n_ctx(self.ptr)
         self.n_ctx_seq = llama.llama_n_ctx_seq(self.ptr)
@@ -52,6 +55,34 @@ cdef class Context:
         if self.ptr != NULL:
             llama.llama_free(self.ptr)
             self.ptr = NULL
+        self._free_pools()
+
+    cdef int _attach_pools(self) except -1:
+        """Persistent CPU thread pools for this context (as llama-bench attaches them): without
+        them ggml builds and frees a pool's state around every graph it computes. The pools are
+        this context's own: two contexts decoding at once must not share one."""
+        cdef ggml.ggml_threadpool_params params = ggml.ggml_threadpool_params_default(llama.llama_n_threads(self.ptr))
+        cdef ggml.ggml_threadpool * pool = ggml.ggml_threadpool_new(&params)
+        cdef ggml.ggml_threadpool * pool_batch = pool
+        if pool == NULL:
+            raise MemoryError("could not create the CPU thread pool")
+        if llama.llama_n_threads_batch(self.ptr) != params.n_threads:
+            params = ggml.ggml_threadpool_params_default(llama.llama_n_threads_batch(self.ptr))
+            pool_batch = ggml.ggml_threadpool_new(&params)
+            if pool_batch == NULL:
+                ggml.ggml_threadpool_free(pool)
+                raise MemoryError("could not create the CPU thread pool")
+        llama.llama_attach_threadpool(self.ptr, pool, pool_batch)
+        self._free_pools()
+        self._pool, self._pool_batch = pool, pool_batch
+        return 0
+
+    cdef void _free_pools(self) noexcept:
+        if self._pool_batch != NULL and self._pool_batch != self._pool:
+            ggml.ggml_threadpool_free(self._pool_batch)
+        if self._pool != NULL:
+            ggml.ggml_threadpool_free(self._pool)
+        self._pool = self._pool_batch = NULL
 
     def __repr__(self):
         return f"<Context n_ctx={self.n_ctx} n_seq_max={self.n_seq_max} model={self.model.path!r}>"
@@ -178,9 +209,10 @@ cdef class Context:
     def n_threads_batch(self): return llama.llama_n_threads_batch(self.ptr)
 
     def set_n_threads(self, int n_threads, int n_threads_batch=0):
-        if n_threads <= 0:
+        if n_threads <= 0 or n_threads_batch < 0:
             raise ValueError("n_threads must be positive")
         llama.llama_set_n_threads(self.ptr, n_threads, n_threads_batch or n_threads)
+        self._attach_pools()                 # pools of the new sizes (a pool has a fixed number of threads)
 
     def perf(self):
         """llama.cpp's timing counters for this context."""

@@ -39,6 +39,17 @@ cdef extern from "ggml.h" nogil:
     const char * ggml_version()
     const char * ggml_commit()
 
+    struct ggml_threadpool
+    ctypedef ggml_threadpool * ggml_threadpool_t
+    struct ggml_threadpool_params:
+        int n_threads
+    ggml_threadpool_params ggml_threadpool_params_default(int n_threads)
+
+
+cdef extern from "ggml-cpu.h" nogil:
+    ggml_threadpool * ggml_threadpool_new(ggml_threadpool_params * params)
+    void ggml_threadpool_free(ggml_threadpool * threadpool)
+
 
 cdef extern from "ggml-backend.h" nogil:
     ctypedef struct ggml_backend_reg:

@@ -6,7 +6,7 @@ from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libcpp cimport bool as cbool
 
 from llamacore.includes.ggml cimport (ggml_type, ggml_log_callback, ggml_abort_callback, ggml_numa_strategy,
-                                     ggml_backend_dev_t)
+                                     ggml_backend_dev_t, ggml_threadpool_t)
 
 
 cdef extern from "llama.h" nogil:
@@ -256,6 +256,8 @@ cdef extern from "llama.h" nogil:
     int32_t llama_decode(llama_context * ctx, llama_batch batch)
 
     void llama_set_n_threads(llama_context * ctx, int32_t n_threads, int32_t n_threads_batch)
+    void llama_attach_threadpool(llama_context * ctx, ggml_threadpool_t threadpool, ggml_threadpool_t threadpool_batch)
+    void llama_detach_threadpool(llama_context * ctx)
     int32_t llama_n_threads(llama_context * ctx)
     int32_t llama_n_threads_batch(llama_context * ctx)
     void llama_set_embeddings(llama_context * ctx, bint embeddings)
