@@ -30,7 +30,7 @@ LCP_MODEL_KEYS = (
     "draft_model_num_pred_tokens", "type_k", "type_v", "verbose",
 )
 
-# docs/server.md, "Configuration and Multi-Model Support" (less the llava entry: see below)
+# docs/server.md, "Configuration and Multi-Model Support"
 DOCS_JSON = {
     "host": "0.0.0.0",
     "port": 8080,
@@ -39,6 +39,9 @@ DOCS_JSON = {
          "n_gpu_layers": -1, "offload_kqv": True, "n_threads": 12, "n_batch": 512, "n_ctx": 2048},
         {"model": "models/model.gguf", "model_alias": "gpt-4", "chat_format": "chatml",
          "n_gpu_layers": -1, "offload_kqv": True, "n_threads": 12, "n_batch": 512, "n_ctx": 2048},
+        {"model": "models/model.gguf", "model_alias": "gpt-4-vision-preview", "chat_format": "llava-1-5",
+         "clip_model_path": "models/mmproj-model-f16.gguf", "n_gpu_layers": -1, "offload_kqv": True,
+         "n_threads": 12, "n_batch": 512, "n_ctx": 2048},
         {"model": "models/model.gguf", "model_alias": "text-davinci-003",
          "n_gpu_layers": -1, "offload_kqv": True, "n_threads": 12, "n_batch": 512, "n_ctx": 2048},
         {"model": "models/model.gguf", "model_alias": "copilot-codex",
@@ -89,18 +92,25 @@ def test_every_key_of_theirs_is_mapped_ignored_or_refused():
         assert sorted(listed) == sorted(keys), kind      # each exactly once, and no other
 
 
-def test_the_docs_json_config_loads_unchanged(work):
+def test_the_docs_json_config_loads_unchanged(work, projector_path):
+    from gguf_files import place
+
+    place(projector_path, work / "models/mmproj-model-f16.gguf")
     config = load_config(write(work, "lcp.json", json.dumps(DOCS_JSON)))
     assert (config.host, config.port) == ("0.0.0.0", 8080)
-    assert [e.alias for e in config.models] == ["gpt-3.5-turbo", "gpt-4", "text-davinci-003", "copilot-codex"]
+    assert [e.alias for e in config.models] == ["gpt-3.5-turbo", "gpt-4", "gpt-4-vision-preview", "text-davinci-003",
+                                                "copilot-codex"]
+    vision = config.models[2]
+    assert vision.clip_model_path == work / "models/mmproj-model-f16.gguf" and vision.chat_format == "llava-1-5"
     first = config.models[0]
     assert first.model == work / "models/model.gguf"
-    assert first.chat_format == "chatml" and config.models[2].chat_format is None
+    assert first.chat_format == "chatml" and config.models[3].chat_format is None
     assert dict(first.load) == {"n_gpu_layers": -1, "offload_kqv": True, "n_threads": 12, "n_batch": 512,
                                 "n_ctx": 2048}
-    assert config.models[3].load["n_ctx"] == 9216
+    assert config.models[4].load["n_ctx"] == 9216
     # the first two share one loaded model, as llamaserve entries on one file with equal load keys do
-    assert first.base_key() == config.models[1].base_key() != config.models[3].base_key()
+    assert first.base_key() == config.models[1].base_key() != config.models[4].base_key()
+    assert vision.base_key() != first.base_key()           # the projector makes it another base
 
 
 def test_their_keys_and_value_spellings_are_translated(work, caplog):
@@ -135,7 +145,7 @@ def test_a_llamaserve_config_gets_no_warning(work, caplog):
 
 def test_what_llamaserve_cannot_do_is_refused_all_at_once(work):
     llava = {"model": "models/model.gguf", "model_alias": "gpt-4-vision-preview", "chat_format": "llava-1-5",
-             "clip_model_path": "models/mmproj-model-f16.gguf", "n_gpu_layers": -1}
+             "clip_model_path": "models/no-such-mmproj.gguf", "n_gpu_layers": -1}
     hub = {"model": "*q8_0.gguf", "hf_model_repo_id": "Qwen/Qwen2-0.5B-Instruct-GGUF"}
     tweaked = {"model": "models/model.gguf", "model_alias": "tweaked", "yarn_orig_ctx": 4096,
                "vocab_only": True, "last_n_tokens_size": 128,
