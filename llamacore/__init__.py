@@ -22,13 +22,25 @@ _EXPORTS = {
     "supports_gpu_offload": "_core", "system_info": "_core",
     "ContextFullError": "errors", "DecodeAbortedError": "errors", "DecodeError": "errors",
     "Llama": "llama", "LlamaGrammar": "llama_grammar", "LogitsProcessorList": "processors", "StoppingCriteriaList": "processors",
+    # llama-cpp-python's top-level names for its caches, states and tokenizers
+    "BaseLlamaCache": "llama_cache", "LlamaCache": "llama_cache", "LlamaDiskCache": "llama_cache",
+    "LlamaRAMCache": "llama_cache", "LlamaState": "llama_cache", "BaseLlamaTokenizer": "llama_tokenizer",
+    "LlamaTokenizer": "llama_tokenizer",
 }
 
 __all__ = [
     "Batch", "Context", "ContextFullError", "DecodeAbortedError", "DecodeError", "Image", "ImageChunk", "Llama", "LlamaGrammar", "LogitsProcessorList",
     "LoraAdapter", "Model", "Projector", "Sampler", "StoppingCriteriaList", "llama_cpp_version", "max_parallel_sequences", "set_verbose",
-    "supports_gpu_offload", "system_info",
+    "supports_gpu_offload", "system_info", "BaseLlamaCache", "LlamaCache", "LlamaDiskCache", "LlamaRAMCache",
+    "LlamaState", "BaseLlamaTokenizer", "LlamaTokenizer",
 ]
+
+# llama.cpp's integer constants that Llama(...) takes (LLAMA_SPLIT_MODE_LAYER, GGML_TYPE_Q8_0, ...), as
+# llama-cpp-python exposes them; a pure-Python module, so this loads nothing native.
+from llamacore.llama_constants import __all__ as _CONSTANTS
+
+_EXPORTS.update(dict.fromkeys(_CONSTANTS, "llama_constants"))
+__all__.extend(_CONSTANTS)
 
 if _TYPE_CHECKING:
     from llamacore._core import (
@@ -48,11 +60,26 @@ if _TYPE_CHECKING:
     )
     from llamacore.errors import ContextFullError, DecodeAbortedError, DecodeError
     from llamacore.llama import Llama
+    from llamacore.llama_cache import BaseLlamaCache, LlamaCache, LlamaDiskCache, LlamaRAMCache, LlamaState
     from llamacore.llama_grammar import LlamaGrammar
+    from llamacore.llama_tokenizer import BaseLlamaTokenizer, LlamaTokenizer
     from llamacore.processors import LogitsProcessorList, StoppingCriteriaList
 
 
+def _version() -> str:
+    """The installed distribution's version (pyproject.toml's), or the source tree's when not installed."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("llamacore")
+    except metadata.PackageNotFoundError:
+        return "0.1.0"
+
+
 def __getattr__(name: str) -> _Any:
+    if name == "__version__":
+        globals()[name] = value = _version()
+        return value
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'llamacore' has no attribute {name!r}")
@@ -62,4 +89,4 @@ def __getattr__(name: str) -> _Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+    return sorted(set(globals()) | set(__all__) | {"__version__"})

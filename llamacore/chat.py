@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from llamacore import tool_calls
 from llamacore.chat_format import message_text, render_chat, resolve_template
 from llamacore.events import TextEvent
 from llamacore.grammar_cache import GrammarCache, default_cache
 from llamacore.llama_grammar import LlamaGrammar
+from llamacore.llama_options import is_vision_handler
 from llamacore.media import image_urls
 from llamacore.multimodal import MEDIA_MARKER, load_images, tokenize_with_images
 from llamacore.processors import LogitsProcessor, StoppingCriteria
@@ -218,3 +219,67 @@ def _chat_chunks(events: Iterator[TextEvent], stream: ChatStream) -> Iterator[Cr
 
 
 __all__ = ["chat_prompt", "create_chat_completion", "grammar_for", "prompt_tokens", "resolve", "tool_setup"]
+
+
+class ChatMethods:
+    """`Llama.create_chat_completion` and its openai-package form."""
+
+    if TYPE_CHECKING:       # provided by Llama
+        chat_handler: Any
+
+    def create_chat_completion(
+            self, messages: list[dict[str, Any]], functions: list[dict[str, Any]] | None = None,
+            function_call: str | dict[str, Any] | None = None, tools: list[dict[str, Any]] | None = None,
+            tool_choice: str | dict[str, Any] | None = None, temperature: float = 0.2, top_p: float = 0.95,
+            top_k: int = 40, min_p: float = 0.05, typical_p: float = 1.0, stream: bool = False,
+            stop: str | list[str] | None = None, seed: int | None = None, response_format: dict | None = None,
+            max_tokens: int | None = None, presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
+            repeat_penalty: float = 1.0, tfs_z: float = 1.0, mirostat_mode: int = 0, mirostat_tau: float = 5.0,
+            mirostat_eta: float = 0.1, model: str | None = None, logits_processor: LogitsProcessor | None = None,
+            grammar: str | LlamaGrammar | None = None, logit_bias: dict[int, float] | None = None,
+            logprobs: bool | None = None, top_logprobs: int | None = None, *,
+            stopping_criteria: StoppingCriteria | None = None, ignore_eos: bool = False,
+            reasoning_format: str = "none", chat_template_kwargs: Mapping[str, Any] | None = None, **kwargs: Any):
+        """OpenAI-style chat completion rendered through the model's chat template (or handed to a
+        callable `chat_handler`, as llama-cpp-python does). Besides llama-cpp-python's parameters:
+        `stopping_criteria`, `ignore_eos`, `reasoning_format` ("none", "deepseek", ...: the model's
+        thinking in `reasoning_content`), `chat_template_kwargs` (extra template variables) and
+        further SamplingParams fields such as `penalty_last_n`; any other keyword is a TypeError."""
+        lcp_args: dict[str, Any] = {
+            "functions": functions, "function_call": function_call, "tools": tools, "tool_choice": tool_choice,
+            "temperature": temperature, "top_p": top_p, "top_k": top_k, "min_p": min_p, "typical_p": typical_p,
+            "stream": stream, "stop": stop, "seed": seed, "response_format": response_format,
+            "max_tokens": max_tokens, "presence_penalty": presence_penalty, "frequency_penalty": frequency_penalty,
+            "repeat_penalty": repeat_penalty, "tfs_z": tfs_z, "mirostat_mode": mirostat_mode,
+            "mirostat_tau": mirostat_tau, "mirostat_eta": mirostat_eta, "model": model,
+            "logits_processor": logits_processor, "grammar": grammar, "logit_bias": logit_bias}
+        handler = self.chat_handler
+        if handler is not None and callable(handler) and not is_vision_handler(handler):
+            extras = {"stopping_criteria": stopping_criteria, "ignore_eos": ignore_eos or None,
+                      "reasoning_format": None if reasoning_format == "none" else reasoning_format,
+                      "chat_template_kwargs": chat_template_kwargs, **kwargs}
+            given = sorted(name for name, value in extras.items() if value is not None)
+            if given:
+                raise ValueError(f"{', '.join(given)}: not available with a custom chat_handler "
+                                 "(it takes llama-cpp-python's parameters only)")
+            return handler(llama=self, messages=messages, **lcp_args, logprobs=logprobs, top_logprobs=top_logprobs)
+        return create_chat_completion(
+            cast("Llama", self), messages, **lcp_args, logprobs=bool(logprobs), top_logprobs=top_logprobs,
+            stopping_criteria=stopping_criteria, ignore_eos=ignore_eos, reasoning_format=reasoning_format,
+            chat_template_kwargs=chat_template_kwargs, **kwargs)
+
+    def create_chat_completion_openai_v1(self, *args: Any, **kwargs: Any) -> Any:
+        """`create_chat_completion` as the `openai` package's ChatCompletion (or an iterator of
+        ChatCompletionChunk with stream=True); needs `pip install openai`."""
+        try:
+            from openai.types.chat import ChatCompletion, ChatCompletionChunk
+        except ImportError as exc:
+            raise ImportError("To use create_chat_completion_openai_v1, you must install the openai package: "
+                              "pip install openai") from exc
+        stream = kwargs.get("stream", False)
+        if not isinstance(stream, bool):
+            raise TypeError("stream must be a bool")
+        result = self.create_chat_completion(*args, **kwargs)
+        if stream:
+            return (ChatCompletionChunk(**chunk) for chunk in result)
+        return ChatCompletion(**result)

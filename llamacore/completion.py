@@ -1,21 +1,28 @@
-"""The token loop of `Llama`'s text completions: sampled tokens to Text events (text released as it
-becomes safe, stop strings held back), with llama-cpp-python's per-token hooks."""
+"""`Llama`'s text completions: `create_completion` (the `Completions` part of Llama) and its token
+loop, sampled tokens to Text events (text released as it becomes safe, stop strings held back),
+with llama-cpp-python's per-token hooks."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
+from llamacore.chat import grammar_for
 from llamacore.events import Finished, FinishReason, Text, TextEvent
+from llamacore.llama_grammar import LlamaGrammar, grammar_text
 from llamacore.logprobs import TokenLogprob
+from llamacore.multimodal import MediaTokens
 from llamacore.processors import LogitsProcessor, StoppingCriteria
-from llamacore.sampling import SamplingParams
+from llamacore.responses import ChoiceOutput, CreateCompletionResponse, Envelope, completion_logprobs, usage
+from llamacore.sampling import SamplingParams, check_tfs_z
 from llamacore.text_stream import TextStream
 
 if TYPE_CHECKING:
+    from llamacore._core import Context, Model
     from llamacore.llama import Llama
+    from llamacore.llama_cache import BaseLlamaCache
 
 
 def text_events(llm: Llama, tokens: list[int], sampling: SamplingParams, max_tokens: int | None, stops: list[str],
@@ -31,8 +38,8 @@ def text_events(llm: Llama, tokens: list[int], sampling: SamplingParams, max_tok
         yield from _echo(llm, tokens, echo_text, n_logprobs)
     n_out, finish = 0, FinishReason.LENGTH
     piece = llm._piece_text
-    tokens_out = llm.generate(tokens, sampling, max_tokens=limit, ignore_eos=ignore_eos,
-                              logits_processor=logits_processor) if limit > 0 else iter(())
+    tokens_out = llm._generate(tokens, sampling, max_tokens=limit, ignore_eos=ignore_eos,
+                               logits_processor=logits_processor) if limit > 0 else iter(())
     for token in tokens_out:
         if not ignore_eos and llm.model.is_eog(token):
             finish = FinishReason.STOP
@@ -58,7 +65,7 @@ def _echo(llm: Llama, tokens: list[int], text: str, n_logprobs: int | None) -> I
     if n_logprobs is None:
         yield Text(text)
         return
-    rows = llm.eval(tokens, logits_all=True)
+    rows = llm._eval(tokens, logits_all=True)
     for i, token in enumerate(tokens):
         if i == 0:
             entry = TokenLogprob(token, llm._piece_text(token), None, [])
@@ -68,3 +75,136 @@ def _echo(llm: Llama, tokens: list[int], text: str, n_logprobs: int | None) -> I
 
 
 __all__ = ["text_events"]
+
+
+class Completions:
+    """`Llama.create_completion` (also `Llama.__call__`) and what it shares with chat."""
+
+    if TYPE_CHECKING:       # provided by Llama
+        model_path: str
+        seed: int | None
+        last_n_tokens_size: int
+        cache: BaseLlamaCache | None
+        spm_infill: bool
+        _custom_tokenizer: bool
+
+        @property
+        def ctx(self) -> Context: ...
+
+        @property
+        def model(self) -> Model: ...
+
+        def tokenize(self, text: bytes | str, add_bos: bool = True, special: bool = False) -> list[int]: ...
+
+        def _cache_lookup(self, tokens: list[int]) -> None: ...
+
+        def _cache_save(self) -> None: ...
+
+    def create_completion(self, prompt: str | list[int], suffix: str | None = None, max_tokens: int | None = 16,
+                          temperature: float = 0.8, top_p: float = 0.95, min_p: float = 0.05,
+                          typical_p: float = 1.0, logprobs: int | None = None, echo: bool = False,
+                          stop: str | list[str] | None = None, frequency_penalty: float = 0.0,
+                          presence_penalty: float = 0.0, repeat_penalty: float = 1.0, top_k: int = 40,
+                          stream: bool = False, seed: int | None = None, tfs_z: float = 1.0, mirostat_mode: int = 0,
+                          mirostat_tau: float = 5.0, mirostat_eta: float = 0.1, model: str | None = None,
+                          stopping_criteria: StoppingCriteria | None = None,
+                          logits_processor: LogitsProcessor | None = None,
+                          grammar: str | LlamaGrammar | None = None, logit_bias: dict[int, float] | None = None,
+                          *, response_format: dict | None = None, ignore_eos: bool = False,
+                          ) -> CreateCompletionResponse | Iterator[CreateCompletionResponse]:
+        """OpenAI-style text completion; `stream=True` returns an iterator of chunks. `logits_processor`
+        and `stopping_criteria` are llama-cpp-python's hooks (llamacore.processors). With a cache
+        (`set_cache`), the prompt starts from the cached state sharing most of it."""
+        check_tfs_z(tfs_z)
+        sampling = self._sampling_params(
+            temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
+            repeat_penalty=repeat_penalty, presence_penalty=presence_penalty,
+            frequency_penalty=frequency_penalty, mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau,
+            mirostat_eta=mirostat_eta, seed=seed, logit_bias=logit_bias, grammar=grammar,
+            response_format=response_format)
+        events, n_prompt = self._completion_events(prompt, sampling, suffix=suffix, max_tokens=max_tokens,
+                                                   logprobs=logprobs, echo=echo, stop=stop, ignore_eos=ignore_eos,
+                                                   logits_processor=logits_processor,
+                                                   stopping_criteria=stopping_criteria)
+        envelope = Envelope.new("cmpl", model or self.model_path)
+        if stream:
+            return self._stream_chunks(events, envelope)
+        output = ChoiceOutput()
+        for event in events:
+            output.add(event)
+        return envelope.completion([output.completion_choice()], usage(n_prompt, output.n_generated))
+
+    def _sampling_params(self, *, seed: int | None = None, logit_bias: dict[int, float] | None = None,
+                         grammar: str | LlamaGrammar | None = None, response_format: dict | None = None,
+                         **fields: Any) -> SamplingParams:
+        """Checked sampling parameters; the model's seed when the call sets none, and its
+        `last_n_tokens_size` as the repetition penalties' window."""
+        fields.setdefault("penalty_last_n", self.last_n_tokens_size)
+        sampling = SamplingParams(
+            seed=self.seed if seed is None else seed,
+            logit_bias={int(k): float(v) for k, v in (logit_bias or {}).items()},
+            grammar=grammar_text(grammar) or grammar_for(response_format), **fields)
+        sampling.validate()
+        return sampling
+
+    def _completion_events(self, prompt: str | list[int], sampling: SamplingParams, *, suffix: str | None = None,
+                           max_tokens: int | None = 16, logprobs: int | None = None, echo: bool = False,
+                           stop: str | list[str] | None = None, ignore_eos: bool = False,
+                           logits_processor: LogitsProcessor | None = None,
+                           stopping_criteria: StoppingCriteria | None = None) -> tuple[Iterator[TextEvent], int]:
+        """Checked request -> (its Text events then one Finished, number of prompt tokens).
+
+        The prompt is checked before this returns, so a bad request raises even when the caller streams.
+        """
+        tokens = self._prompt_tokens(prompt, suffix)
+        if len(tokens) > self.ctx.n_ctx:
+            raise ValueError(f"Requested tokens ({len(tokens)}) exceed context window of {self.ctx.n_ctx}")
+        stops = [stop] if isinstance(stop, str) else list(stop or [])
+        echo_text = None
+        if echo:
+            echo_text = prompt if isinstance(prompt, str) else self.model.detokenize(tokens, True).decode("utf-8", "replace")
+        self._cache_lookup(tokens)
+        events = text_events(cast("Llama", self), tokens, sampling, max_tokens, stops, logprobs, echo_text,
+                             ignore_eos, logits_processor, stopping_criteria)
+        if self.cache is not None:
+            events = self._saving_to_cache(events)
+        return events, len(tokens)
+
+    def _saving_to_cache(self, events: Iterator[TextEvent]) -> Iterator[TextEvent]:
+        """`events`, the context's state stored in the cache when the completion finishes (before its
+        Finished event goes out: a stream's reader stops there)."""
+        for event in events:
+            if isinstance(event, Finished):
+                self._cache_save()
+            yield event
+
+    __call__ = create_completion
+
+    def _prompt_tokens(self, prompt: str | list[int], suffix: str | None) -> list[int]:
+        if suffix:
+            raise ValueError("suffix (fill-in-the-middle) is not supported by this model"
+                             + (" (spm_infill only orders such prompts)" if self.spm_infill else ""))
+        if isinstance(prompt, MediaTokens):       # a chat prompt with images, checked when built
+            return prompt
+        if isinstance(prompt, (list, tuple)):
+            tokens = [int(t) for t in prompt]
+            for t in tokens:
+                if not 0 <= t < self.model.n_vocab:
+                    raise ValueError(f"prompt token {t} is outside the vocabulary (0..{self.model.n_vocab - 1})")
+            return tokens or [self.model.token_bos]
+        if self._custom_tokenizer:
+            return self.tokenize(prompt.encode("utf-8"), add_bos=True, special=False) or [self.model.token_bos]
+        return self.model.tokenize(prompt, add_special=True, parse_special=False) or [self.model.token_bos]
+
+    def _piece_text(self, token: int) -> str:
+        return self.model.token_to_piece(token).decode("utf-8", "replace")
+
+    def _stream_chunks(self, events: Iterator[TextEvent], envelope: Envelope) -> Iterator[CreateCompletionResponse]:
+        output = ChoiceOutput()
+        for event in events:
+            start = output.add(event)
+            if isinstance(event, Finished):
+                yield envelope.completion_chunk(0, "", event.reason)
+                return
+            lp = completion_logprobs([event.logprob], [start]) if event.logprob is not None else None
+            yield envelope.completion_chunk(0, event.text, None, lp)

@@ -1,12 +1,13 @@
-"""Embeddings for `Llama.embed`: many inputs packed as separate sequences into few decodes."""
+"""Embeddings for `Llama` (its `Embeddings` part): many inputs packed as separate sequences into few decodes."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
 from llamacore._core import Batch
+from llamacore.responses import CreateEmbeddingResponse, embedding_response
 
 if TYPE_CHECKING:
     from llamacore.llama import Llama
@@ -86,3 +87,33 @@ def embed_all(llm: Llama, input: Any, *, normalize: bool, truncate: bool) -> tup
         group.append(index)
     flush()
     return single, [r.tolist() for r in results], sum(map(len, lists))
+
+
+class Embeddings:
+    """`Llama.create_embedding` and `Llama.embed` (for a model loaded with embedding=True)."""
+
+    if TYPE_CHECKING:       # provided by Llama
+        model_path: str
+        embedding: bool
+
+        def reset(self) -> None: ...
+
+    def create_embedding(self, input: str | list[str] | list[int] | list[list[int]], model: str | None = None,
+                         normalize: bool = True, truncate: bool = True) -> CreateEmbeddingResponse:
+        """OpenAI-shaped embeddings (normalized to unit length, as OpenAI's are). An input longer than
+        n_batch is cut to it (as llama-cpp-python does), or refused with ValueError when `truncate`
+        is False; usage counts the tokens embedded."""
+        _, vectors, n_tokens = self._embed(input, normalize, truncate)
+        return embedding_response(vectors, model or self.model_path, n_tokens)
+
+    def embed(self, input, normalize: bool = False, truncate: bool = True, return_count: bool = False):
+        """Embeddings of one input (a vector) or a list of inputs (a list of vectors)."""
+        single, vectors, n_tokens = self._embed(input, normalize, truncate)
+        value = vectors[0] if single else vectors
+        return (value, n_tokens) if return_count else value
+
+    def _embed(self, input, normalize: bool, truncate: bool) -> tuple[bool, list, int]:
+        if not self.embedding:
+            raise ValueError("Llama model must be created with embedding=True to call this method")
+        self.reset()
+        return embed_all(cast("Llama", self), input, normalize=normalize, truncate=truncate)

@@ -4,106 +4,200 @@ One model, one context, one sequence. Sampling runs in llama.cpp's C sampler cha
 only moves token ids, so per-token overhead stays small. The KV cache of the previous call is
 reused for the longest common token prefix, but only when the LoRA adapters and scales it was
 computed with are the ones active now.
+
+The constructor and the public methods take llama-cpp-python 0.3.36's parameters, by the same
+names, order and defaults (tests/test_llama_signature.py lists and justifies every difference);
+a parameter is honoured or refused with ValueError, never silently dropped.
 """
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Self
 
-from llamacore import chat, completion, embedding
+import numpy as np
+import numpy.typing as npt
+
+from llamacore import chat
+from llamacore import llama_constants as lc
 from llamacore._core import Batch, Context, LoraAdapter, Model, Projector, set_verbose
-from llamacore.embedding import sequences_per_decode
-from llamacore.events import Finished, TextEvent
-from llamacore.llama_grammar import LlamaGrammar, grammar_text
+from llamacore.chat import ChatMethods
+from llamacore.completion import Completions
+from llamacore.embedding import Embeddings, sequences_per_decode
+from llamacore.llama_cache import BaseLlamaCache, longest_token_prefix
+from llamacore.llama_hub import download
+from llamacore.llama_options import check_unsupported, context_options, is_vision_handler, numa_strategy, option_name
+from llamacore.llama_tokenizer import LlamaTokenizer
+from llamacore.llama_tokens import TokenLevel
 from llamacore.media import MediaPolicy
-from llamacore.multimodal import MediaTokens, decode_image, image_boundary, images_of
-from llamacore.prefix import AdapterKey, adapter_key, reusable_prefix
-from llamacore.processors import LogitsProcessor, StoppingCriteria, apply_processor
-from llamacore.responses import (
-    ChoiceOutput,
-    CreateCompletionResponse,
-    CreateEmbeddingResponse,
-    Envelope,
-    completion_logprobs,
-    embedding_response,
-    usage,
-)
-from llamacore.sampling import SamplingParams, check_tfs_z
+from llamacore.prefix import AdapterKey, adapter_key
 
+_log = logging.getLogger(__name__)
 
-class Llama:
-    """Load a GGUF model (plus any LoRA adapters) and run completions, chat and embeddings."""
+class Llama(TokenLevel, Completions, ChatMethods, Embeddings):
+    """Load a GGUF model (plus any LoRA adapters) and run completions, chat and embeddings.
+
+    Its parts by concept: TokenLevel (llamacore.llama_tokens: the context's tokens, eval/sample/
+    generate, states and the cache), Completions (llamacore.completion), ChatMethods
+    (llamacore.chat), Embeddings (llamacore.embedding).
+    """
 
     def __init__(
         self,
         model_path: str | os.PathLike,
         *,
+        # Model params
         n_gpu_layers: int | None = None,
-        split_mode: str = "layer",
+        split_mode: int | str = lc.LLAMA_SPLIT_MODE_LAYER,
         main_gpu: int = 0,
         tensor_split: list[float] | None = None,
         vocab_only: bool = False,
         use_mmap: bool = True,
         use_mlock: bool = False,
         kv_overrides: dict[str, bool | int | float | str] | None = None,
-        seed: int | None = None,
+        # Context params
+        seed: int | None = lc.LLAMA_DEFAULT_SEED,
         n_ctx: int = 512,
         n_batch: int = 512,
         n_ubatch: int = 512,
         n_threads: int | None = None,
         n_threads_batch: int | None = None,
+        rope_scaling_type: int | None = lc.LLAMA_ROPE_SCALING_TYPE_UNSPECIFIED,
+        pooling_type: int | str = lc.LLAMA_POOLING_TYPE_UNSPECIFIED,
+        attention_type: int | str = lc.LLAMA_ATTENTION_TYPE_UNSPECIFIED,
         rope_freq_base: float = 0.0,
         rope_freq_scale: float = 0.0,
+        yarn_ext_factor: float = -1.0,
+        yarn_attn_factor: float = 1.0,
+        yarn_beta_fast: float = 32.0,
+        yarn_beta_slow: float = 1.0,
+        yarn_orig_ctx: int = 0,
+        logits_all: bool = False,
         embedding: bool = False,
-        pooling_type: int | str = "unspecified",
-        flash_attn: bool | str = "auto",
-        type_k: str = "f16",
-        type_v: str = "f16",
         offload_kqv: bool = True,
-        lora_adapters: dict[str, float] | None = None,
-        lora_path: str | None = None,
+        flash_attn: bool | str = "auto",
+        op_offload: bool | None = None,
+        swa_full: bool | None = None,
+        # Sampling params
+        no_perf: bool = False,
+        last_n_tokens_size: int = 64,
+        # LoRA params
+        lora_base: str | None = None,
         lora_scale: float = 1.0,
+        lora_path: str | None = None,
+        # Backend params
+        numa: bool | int = False,
+        # Chat format params
         chat_format: str | None = None,
-        chat_template: str | None = None,
+        chat_handler: Any = None,
+        # Speculative decoding
+        draft_model: Any = None,
+        # Tokenizer override
+        tokenizer: Any = None,
+        # KV cache quantization
+        type_k: int | str | None = None,
+        type_v: int | str | None = None,
+        # Misc
+        spm_infill: bool = False,
         verbose: bool = False,
+        # llamacore's additions
+        lora_adapters: dict[str, float] | None = None,
+        chat_template: str | None = None,
         rpc_servers: list[str] | str | None = None,
         clip_model_path: str | os.PathLike | None = None,
-        chat_handler: Any = None,
         media_policy: MediaPolicy | None = None,
+        **kwargs: Any,
     ) -> None:
-        """`rpc_servers` ("host:port", ... or llama-server's comma-separated string): offload to
+        """llama-cpp-python's parameters, honoured or refused with ValueError: integer options
+        (`split_mode`, `pooling_type`, `attention_type`, `type_k`/`type_v`) take llama.cpp's values
+        (llamacore.LLAMA_SPLIT_MODE_LAYER, GGML_TYPE_Q8_0, ...) or llamacore's names ("layer", "q8_0").
+        RoPE scaling, YaRN (llama-cpp-python's values by default), `op_offload`, `swa_full` and `numa`
+        are passed to llama.cpp; `draft_model` and `lora_base` accept only None; an unknown keyword
+        is accepted with a warning that names it, as llama-cpp-python's `**kwargs` accepts it.
+
+        `lora_adapters` ({path: scale}) loads several adapters (scale 0 = loaded, inactive; see
+        `set_lora_adapter_scale`), besides llama-cpp-python's `lora_path`/`lora_scale`.
+
+        `rpc_servers` ("host:port", ... or llama-server's comma-separated string): offload to
         those ggml RPC workers (`llamaserve rpc-worker`); `n_gpu_layers` None is 0, or every layer
         with `rpc_servers`.
 
         `clip_model_path` (or llama-cpp-python's `chat_handler=Llava15ChatHandler(clip_model_path=...)`)
         loads a vision projector: chat messages may then hold `image_url` parts. `media_policy` says
         where images may come from: data: URIs always; http(s) and local files only as it allows.
+        Any other `chat_handler` is llama-cpp-python's callable `(llama=, messages=, ...) -> response`
+        that `create_chat_completion` hands the request to.
         """
+        init_args = dict(locals())
+        self._init_args = {k: v for k, v in init_args.items() if k not in ("self", "kwargs")}
+        if kwargs:
+            _log.warning("Llama(): unknown keyword argument(s) %s accepted and ignored (llama-cpp-python's "
+                         "Llama takes **kwargs)", ", ".join(sorted(kwargs)))
+        check_unsupported(draft_model=draft_model, lora_base=lora_base)
+        split_name = option_name("split_mode", split_mode, lc.SPLIT_MODE_NAMES)
+        pooling_name = option_name("pooling_type", pooling_type, lc.POOLING_TYPE_NAMES)
+        attention_name = option_name("attention_type", attention_type, lc.ATTENTION_TYPE_NAMES)
+        kv_types = [option_name(name, "f16" if t is None else t, lc.KV_CACHE_TYPE_NAMES)
+                    for name, t in (("type_k", type_k), ("type_v", type_v))]
+        if isinstance(last_n_tokens_size, bool) or not isinstance(last_n_tokens_size, int) or last_n_tokens_size < -1:
+            raise ValueError(f"last_n_tokens_size={last_n_tokens_size!r} must be an int >= -1 "
+                             "(-1 = the whole context, 0 = no repetition penalties)")
+        if tokenizer is not None and not (callable(getattr(tokenizer, "tokenize", None))
+                                          and callable(getattr(tokenizer, "detokenize", None))):
+            raise ValueError("tokenizer must have tokenize(text, add_bos, special) and "
+                             "detokenize(tokens, prev_tokens, special) (llama-cpp-python's BaseLlamaTokenizer)")
+        vision_handler = chat_handler is not None and is_vision_handler(chat_handler)
+        if chat_handler is not None and not vision_handler and not callable(chat_handler):
+            raise ValueError("chat_handler must be callable (llama=, messages=, ...) -> response, "
+                             "or a vision handler (Llava15ChatHandler, MTMDChatHandler)")
+        self.numa = numa_strategy(numa)
         set_verbose(verbose)
         self.model_path = os.fspath(model_path)
         self.verbose = verbose
         self.seed = seed
-        self.model = Model(self.model_path, n_gpu_layers=n_gpu_layers, use_mmap=use_mmap, use_mlock=use_mlock,
-                           vocab_only=vocab_only, main_gpu=main_gpu, tensor_split=tensor_split,
-                           kv_overrides=kv_overrides, split_mode=split_mode, rpc_servers=rpc_servers)
+        self.tensor_split = tensor_split
+        self.kv_overrides = kv_overrides
+        self._ctx: Context | None = None
+        self._model: Model | None = Model(
+            self.model_path, n_gpu_layers=n_gpu_layers, use_mmap=use_mmap, use_mlock=use_mlock,
+            vocab_only=vocab_only, main_gpu=main_gpu, tensor_split=tensor_split, kv_overrides=kv_overrides,
+            split_mode=split_name, rpc_servers=rpc_servers)
         self.embedding = embedding
         if n_ctx == 0:
             n_ctx = self.model.n_ctx_train
         if embedding:
             n_ubatch = n_batch = max(n_batch, n_ubatch)   # non-causal models need a whole input per ubatch
-        self.ctx = Context(
+        self._ctx = Context(
             self.model, n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch,
             n_seq_max=sequences_per_decode(n_batch) if embedding else 1, kv_unified=embedding,
             n_threads=n_threads, n_threads_batch=n_threads_batch, embeddings=embedding,
-            pooling=pooling_type, flash_attn=flash_attn, type_k=type_k, type_v=type_v,
-            offload_kqv=offload_kqv, rope_freq_base=rope_freq_base, rope_freq_scale=rope_freq_scale,
+            pooling=pooling_name, attention=attention_name, flash_attn=flash_attn, type_k=kv_types[0],
+            type_v=kv_types[1], offload_kqv=offload_kqv, rope_freq_base=rope_freq_base,
+            rope_freq_scale=rope_freq_scale, no_perf=no_perf,
+            **context_options(rope_scaling_type=rope_scaling_type, yarn_ext_factor=yarn_ext_factor,
+                              yarn_attn_factor=yarn_attn_factor, yarn_beta_fast=yarn_beta_fast,
+                              yarn_beta_slow=yarn_beta_slow, yarn_orig_ctx=yarn_orig_ctx, op_offload=op_offload,
+                              swa_full=swa_full),
         )
+        self.n_batch = self.ctx.n_batch
+        self.n_threads = self.ctx.n_threads
+        self.n_threads_batch = self.ctx.n_threads_batch
         self._batch = Batch(self.ctx.n_batch)
         self.embed_decodes = 0                   # decode (or encode) calls embeddings made, for metrics
         self._cached: list[int] = []             # tokens whose KV entries sit in sequence 0
         self._cache_key: tuple = ()             # adapter set those entries were computed with
+        self.logits_all = logits_all
+        self._scores: npt.NDArray[np.single] | None = (
+            np.zeros((self.ctx.n_ctx, self.model.n_vocab), dtype=np.single) if logits_all else None)
+        self.last_n_tokens_size = last_n_tokens_size
+        self.cache: BaseLlamaCache | None = None
+        self.lora_base = lora_base
+        self.lora_scale = lora_scale
+        self.lora_path = lora_path
+        self.spm_infill = spm_infill             # only shapes fill-in-the-middle prompts, which are refused
+        self.draft_model = draft_model
         self._adapters: dict[str, LoraAdapter] = {}
         self._scales: dict[str, float] = {}
         adapters = dict(lora_adapters or {})
@@ -113,14 +207,58 @@ class Llama:
             self._adapters[os.fspath(path)] = LoraAdapter(self.model, path)
             self._scales[os.fspath(path)] = float(scale)
         self._apply_adapters()
-        handler_template = getattr(chat_handler, "chat_template", None)
+        self.tokenizer_: Any = tokenizer if tokenizer is not None else LlamaTokenizer(self)
+        self._custom_tokenizer = tokenizer is not None
+        self.chat_format = chat_format
+        self.chat_handler = chat_handler
+        handler_template = getattr(chat_handler, "chat_template", None) if vision_handler else None
         self.chat_template = chat.resolve(self.model, chat_format, chat_template or handler_template)
-        clip_model_path = clip_model_path or getattr(chat_handler, "clip_model_path", None)
+        clip_model_path = clip_model_path or (getattr(chat_handler, "clip_model_path", None) if vision_handler else None)
         self.projector = Projector(self.model, clip_model_path, n_threads=n_threads) if clip_model_path else None
         if self.projector is not None and self.projector.uses_mrope:
             raise ValueError(f"{clip_model_path}: projectors with M-RoPE image positions (Qwen-VL) are not supported yet")
         self.media_policy = media_policy or MediaPolicy()
         self._embd_batch: Batch | None = None
+
+    # -- lifetime ----------------------------------------------------------------------------
+
+    @property
+    def ctx(self) -> Context:
+        """The llama.cpp context (llamacore.Context); RuntimeError once `close()` freed it."""
+        if self._ctx is None:
+            raise RuntimeError("this Llama was closed")
+        return self._ctx
+
+    @property
+    def model(self) -> Model:
+        """The loaded model (llamacore.Model); RuntimeError once `close()` freed it."""
+        if self._model is None:
+            raise RuntimeError("this Llama was closed")
+        return self._model
+
+    def close(self) -> None:
+        """Free the context, adapters, projector and model now (they are freed with the object otherwise).
+        Calling it again does nothing; using the Llama afterwards raises RuntimeError."""
+        self._ctx = None
+        self._embd_batch = None
+        self.projector = None
+        self._adapters = {}
+        self.tokenizer_ = None
+        self._model = None
+        self._cached = []
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """llama-cpp-python's pickling: the constructor's arguments (a copy loads the model again)."""
+        return {**self._init_args, "seed": self.seed}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(**state)  # type: ignore[misc]
 
     # -- model facts (methods, as in llama-cpp-python) ---------------------------------------
 
@@ -139,19 +277,54 @@ class Llama:
     def token_eos(self) -> int:
         return self.model.token_eos
 
+    def token_nl(self) -> int:
+        return self.model.token_nl
+
+    def pooling_type(self) -> int:
+        """The context's pooling, as llama.cpp's LLAMA_POOLING_TYPE_* value (as llama-cpp-python)."""
+        pooling = self.ctx.pooling
+        return next(code for code, name in lc.POOLING_TYPE_NAMES.items() if name == pooling)
+
     @property
     def metadata(self) -> dict[str, str]:
         return self.model.metadata
 
+    def tokenizer(self) -> LlamaTokenizer:
+        """llama-cpp-python's tokenizer object for this model's vocabulary."""
+        return LlamaTokenizer(self)
+
     def tokenize(self, text: bytes | str, add_bos: bool = True, special: bool = False) -> list[int]:
-        return self.model.tokenize(text, add_special=add_bos, parse_special=special)
+        """Token ids of `text`, by the constructor's `tokenizer` (the model's vocabulary by default)."""
+        if self.tokenizer_ is None:
+            raise RuntimeError("this Llama was closed")
+        return list(self.tokenizer_.tokenize(text.encode("utf-8") if isinstance(text, str) else text,
+                                             add_bos, special))
 
     def detokenize(self, tokens: list[int], prev_tokens: list[int] | None = None, special: bool = False) -> bytes:
-        """Bytes of `tokens`; with `prev_tokens`, only the bytes the new tokens add."""
-        if prev_tokens:
-            whole = self.model.detokenize(list(prev_tokens) + list(tokens), False, special)
-            return whole[len(self.model.detokenize(list(prev_tokens), False, special)):]
-        return self.model.detokenize(list(tokens), False, special)
+        """Bytes of `tokens`; with `prev_tokens`, only the bytes the new tokens add (by the
+        constructor's `tokenizer`, as llama-cpp-python's)."""
+        if self.tokenizer_ is None:
+            raise RuntimeError("this Llama was closed")
+        return self.tokenizer_.detokenize(tokens, prev_tokens=prev_tokens, special=special)
+
+    @staticmethod
+    def logits_to_logprobs(logits: npt.NDArray[np.single] | list, axis: int = -1) -> npt.NDArray[np.single]:
+        """log_softmax along `axis` (llama-cpp-python's; infinite maxima are treated as 0)."""
+        logits_maxs: Any = np.amax(logits, axis=axis, keepdims=True)
+        if logits_maxs.ndim > 0:
+            logits_maxs[~np.isfinite(logits_maxs)] = 0
+        elif not np.isfinite(logits_maxs):
+            logits_maxs = 0
+        subtract_maxs = np.subtract(logits, logits_maxs, dtype=np.single)
+        exp = np.exp(subtract_maxs)
+        with np.errstate(divide="ignore"):        # log of zero
+            out = np.log(np.sum(exp, axis=axis, keepdims=True))
+        return subtract_maxs - out
+
+    @staticmethod
+    def longest_token_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+        """How many leading tokens `a` and `b` share."""
+        return longest_token_prefix(a, b)
 
     # -- LoRA --------------------------------------------------------------------------------
 
@@ -175,224 +348,17 @@ class Llama:
     def _adapter_key(self) -> AdapterKey:
         return adapter_key(self._scales)
 
-    # -- state -------------------------------------------------------------------------------
+    # -- Hugging Face Hub --------------------------------------------------------------------
 
-    def reset(self) -> None:
-        """Forget the cached prompt (the next call evaluates from scratch)."""
-        self.ctx.kv_clear()
-        self._cached = []
-
-    def save_state(self) -> dict[str, Any]:
-        return {"state": self.ctx.save_state(), "tokens": list(self._cached), "key": self._cache_key}
-
-    def load_state(self, state: dict[str, Any]) -> None:
-        self.ctx.load_state(state["state"])
-        self._cached = list(state["tokens"])
-        self._cache_key = tuple(state["key"])
-
-    # -- evaluation --------------------------------------------------------------------------
-
-    def eval(self, tokens: list[int], logits_all: bool = False) -> list:
-        """Bring sequence 0 to exactly `tokens`, reusing the cached prefix when valid.
-
-        Returns the logits of every token evaluated when `logits_all`, else [].
-        """
-        if not tokens:
-            raise ValueError("prompt is empty")
-        if len(tokens) > self.ctx.n_ctx:
-            raise ValueError(f"Requested tokens ({len(tokens)}) exceed context window of {self.ctx.n_ctx}")
-        key = self._adapter_key()
-        if key != self._cache_key:
-            self.ctx.kv_clear()
-            self._cached = []
-            self._cache_key = key
-        images = images_of(tokens)
-        if images and logits_all:
-            raise ValueError("logits_all is not available for prompts with images")
-        keep = 0 if logits_all else image_boundary(tokens, reusable_prefix(self._cached, tokens))
-        if keep < len(self._cached) and not self.ctx.kv_remove(0, keep, -1):
-            self.ctx.kv_clear()
-            keep = 0
-        del self._cached[keep:]
-        if images:
-            self._eval_with_images(tokens, keep, images)
-            return []
-        rows: list = []
-        batch, step = self._batch, self.ctx.n_batch
-        for start in range(keep, len(tokens), step):
-            chunk = tokens[start:start + step]
-            batch.clear()
-            batch.add_sequence(chunk, start, 0, True, logits_all)
-            self.ctx.decode(batch)
-            self._cached.extend(chunk)
-            if logits_all:
-                rows.extend(self.ctx.all_logits().copy())
-        return rows
-
-    def _eval_with_images(self, tokens: list[int], start: int, images: dict[int, Any]) -> None:
-        """Decode tokens[start:]: text in n_batch pieces, each image from its encoding."""
-        assert self.projector is not None
-        if self._embd_batch is None:
-            self._embd_batch = Batch(self.ctx.n_batch, embd=self.projector.n_embd)
-        batch, step, pos = self._batch, self.ctx.n_batch, start
-        while pos < len(tokens):
-            chunk = images.get(pos)
-            if chunk is not None:
-                decode_image(self.ctx, self._embd_batch, self.projector, chunk, pos, 0,
-                             logits_last=pos + chunk.n_tokens == len(tokens))
-                end = pos + chunk.n_tokens
-            else:
-                end = min(len(tokens), pos + step, min((i for i in images if i > pos), default=len(tokens)))
-                batch.clear()
-                batch.add_sequence(tokens[pos:end], pos, 0, True)
-                self.ctx.decode(batch)
-            self._cached.extend(tokens[pos:end])
-            pos = end
-
-    def generate(self, tokens: list[int], sampling: SamplingParams, *, max_tokens: int,
-                 ignore_eos: bool = False, logits_processor: LogitsProcessor | None = None) -> Iterator[int]:
-        """Yield sampled tokens until EOS (unless ignored), `max_tokens` or a full context.
-
-        The caller may stop iterating at any time; the cache then holds the prompt plus every
-        token that was decoded. A `logits_processor` sees the tokens so far and the logits before
-        each token is sampled, and what it returns is sampled from (llamacore.processors).
-        """
-        sampler = sampling.build(self.model)
-        self.eval(tokens)
-        ctx, batch, model, n_ctx = self.ctx, self._batch, self.model, self.ctx.n_ctx
-        pos = len(tokens)
-        for _ in range(max_tokens):
-            if logits_processor is not None:
-                apply_processor(logits_processor, self._cached, ctx.logits(-1))
-            token = sampler.sample(ctx)
-            yield token
-            if (not ignore_eos and model.is_eog(token)) or pos >= n_ctx:
-                return
-            batch.clear()
-            batch.add(token, pos, 0, True)
-            ctx.decode(batch)
-            self._cached.append(token)
-            pos += 1
-
-    # -- completions -------------------------------------------------------------------------
-
-    def create_completion(self, prompt: str | list[int], suffix: str | None = None, max_tokens: int | None = 16,
-                          temperature: float = 0.8, top_p: float = 0.95, min_p: float = 0.05,
-                          typical_p: float = 1.0, logprobs: int | None = None, echo: bool = False,
-                          stop: str | list[str] | None = None, frequency_penalty: float = 0.0,
-                          presence_penalty: float = 0.0, repeat_penalty: float = 1.0, top_k: int = 40,
-                          stream: bool = False, seed: int | None = None, mirostat_mode: int = 0,
-                          mirostat_tau: float = 5.0, mirostat_eta: float = 0.1, model: str | None = None,
-                          logit_bias: dict[int, float] | None = None, grammar: str | LlamaGrammar | None = None,
-                          response_format: dict | None = None, ignore_eos: bool = False, tfs_z: float = 1.0,
-                          logits_processor: LogitsProcessor | None = None,
-                          stopping_criteria: StoppingCriteria | None = None,
-                          ) -> CreateCompletionResponse | Iterator[CreateCompletionResponse]:
-        """OpenAI-style text completion; `stream=True` returns an iterator of chunks. `logits_processor`
-        and `stopping_criteria` are llama-cpp-python's hooks (llamacore.processors)."""
-        check_tfs_z(tfs_z)
-        sampling = self._sampling_params(
-            temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
-            repeat_penalty=repeat_penalty, presence_penalty=presence_penalty,
-            frequency_penalty=frequency_penalty, mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau,
-            mirostat_eta=mirostat_eta, seed=seed, logit_bias=logit_bias, grammar=grammar,
-            response_format=response_format)
-        events, n_prompt = self._completion_events(prompt, sampling, suffix=suffix, max_tokens=max_tokens,
-                                                   logprobs=logprobs, echo=echo, stop=stop, ignore_eos=ignore_eos,
-                                                   logits_processor=logits_processor,
-                                                   stopping_criteria=stopping_criteria)
-        envelope = Envelope.new("cmpl", model or self.model_path)
-        if stream:
-            return self._stream_chunks(events, envelope)
-        output = ChoiceOutput()
-        for event in events:
-            output.add(event)
-        return envelope.completion([output.completion_choice()], usage(n_prompt, output.n_generated))
-
-    def _sampling_params(self, *, seed: int | None = None, logit_bias: dict[int, float] | None = None,
-                         grammar: str | LlamaGrammar | None = None, response_format: dict | None = None,
-                         **fields: Any) -> SamplingParams:
-        """Checked sampling parameters; the model's seed when the call sets none."""
-        sampling = SamplingParams(
-            seed=self.seed if seed is None else seed,
-            logit_bias={int(k): float(v) for k, v in (logit_bias or {}).items()},
-            grammar=grammar_text(grammar) or chat.grammar_for(response_format), **fields)
-        sampling.validate()
-        return sampling
-
-    def _completion_events(self, prompt: str | list[int], sampling: SamplingParams, *, suffix: str | None = None,
-                           max_tokens: int | None = 16, logprobs: int | None = None, echo: bool = False,
-                           stop: str | list[str] | None = None, ignore_eos: bool = False,
-                           logits_processor: LogitsProcessor | None = None,
-                           stopping_criteria: StoppingCriteria | None = None) -> tuple[Iterator[TextEvent], int]:
-        """Checked request -> (its Text events then one Finished, number of prompt tokens).
-
-        The prompt is checked before this returns, so a bad request raises even when the caller streams.
-        """
-        tokens = self._prompt_tokens(prompt, suffix)
-        if len(tokens) > self.ctx.n_ctx:
-            raise ValueError(f"Requested tokens ({len(tokens)}) exceed context window of {self.ctx.n_ctx}")
-        stops = [stop] if isinstance(stop, str) else list(stop or [])
-        echo_text = None
-        if echo:
-            echo_text = prompt if isinstance(prompt, str) else self.model.detokenize(tokens, True).decode("utf-8", "replace")
-        events = completion.text_events(self, tokens, sampling, max_tokens, stops, logprobs, echo_text, ignore_eos,
-                                        logits_processor, stopping_criteria)
-        return events, len(tokens)
-
-    __call__ = create_completion
-
-    def _prompt_tokens(self, prompt: str | list[int], suffix: str | None) -> list[int]:
-        if suffix:
-            raise ValueError("suffix (fill-in-the-middle) is not supported by this model")
-        if isinstance(prompt, MediaTokens):       # a chat prompt with images, checked when built
-            return prompt
-        if isinstance(prompt, (list, tuple)):
-            tokens = [int(t) for t in prompt]
-            for t in tokens:
-                if not 0 <= t < self.model.n_vocab:
-                    raise ValueError(f"prompt token {t} is outside the vocabulary (0..{self.model.n_vocab - 1})")
-            return tokens or [self.model.token_bos]
-        return self.model.tokenize(prompt, add_special=True, parse_special=False) or [self.model.token_bos]
-
-    def _piece_text(self, token: int) -> str:
-        return self.model.token_to_piece(token).decode("utf-8", "replace")
-
-    def _stream_chunks(self, events: Iterator[TextEvent], envelope: Envelope) -> Iterator[CreateCompletionResponse]:
-        output = ChoiceOutput()
-        for event in events:
-            start = output.add(event)
-            if isinstance(event, Finished):
-                yield envelope.completion_chunk(0, "", event.reason)
-                return
-            lp = completion_logprobs([event.logprob], [start]) if event.logprob is not None else None
-            yield envelope.completion_chunk(0, event.text, None, lp)
-
-    # -- chat and embeddings -----------------------------------------------------------------
-
-    def create_chat_completion(self, messages: list[dict[str, Any]], **kwargs: Any):
-        """OpenAI-style chat completion rendered through the model's chat template."""
-        return chat.create_chat_completion(self, messages, **kwargs)
-
-    def create_embedding(self, input: str | list[str] | list[int] | list[list[int]], model: str | None = None,
-                         normalize: bool = True, truncate: bool = True) -> CreateEmbeddingResponse:
-        """OpenAI-shaped embeddings (normalized to unit length, as OpenAI's are). An input longer than
-        n_batch is cut to it (as llama-cpp-python does), or refused with ValueError when `truncate`
-        is False; usage counts the tokens embedded."""
-        _, vectors, n_tokens = self._embed(input, normalize, truncate)
-        return embedding_response(vectors, model or self.model_path, n_tokens)
-
-    def embed(self, input, normalize: bool = False, truncate: bool = True, return_count: bool = False):
-        """Embeddings of one input (a vector) or a list of inputs (a list of vectors)."""
-        single, vectors, n_tokens = self._embed(input, normalize, truncate)
-        value = vectors[0] if single else vectors
-        return (value, n_tokens) if return_count else value
-
-    def _embed(self, input, normalize: bool, truncate: bool) -> tuple[bool, list, int]:
-        if not self.embedding:
-            raise ValueError("Llama model must be created with embedding=True to call this method")
-        self.reset()
-        return embedding.embed_all(self, input, normalize=normalize, truncate=truncate)
+    @classmethod
+    def from_pretrained(cls, repo_id: str, filename: str | None, additional_files: list | None = None,
+                        local_dir: str | os.PathLike[str] | None = None, local_dir_use_symlinks: bool | str = "auto",
+                        cache_dir: str | os.PathLike[str] | None = None, **kwargs: Any) -> Llama:
+        """Download a GGUF file from a Hugging Face Hub repository (`filename` and each of
+        `additional_files` a name or glob pattern matching exactly one file; a sharded model's first
+        shard loads the rest) and load it; `kwargs` go to the constructor. Needs `huggingface-hub`."""
+        return cls(model_path=download(repo_id, filename, additional_files, local_dir, local_dir_use_symlinks,
+                                       cache_dir), **kwargs)
 
 
 __all__ = ["Llama"]

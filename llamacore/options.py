@@ -30,7 +30,7 @@ ATTENTION_TYPES = ("unspecified", "causal", "non_causal")
 FLASH_ATTN = ("auto", "on", "off")
 
 # llama_split_mode: how layers are spread over several GPUs
-SPLIT_MODES = ("none", "layer", "row")
+SPLIT_MODES = ("none", "layer", "row", "tensor")
 
 # Load keys that go to Model(...), under the same names.
 MODEL_KEYS = frozenset({"n_gpu_layers", "main_gpu", "split_mode", "tensor_split", "use_mmap", "use_mlock",

@@ -175,7 +175,7 @@ def test_values_invalid_in_their_spelling_too_get_llamaserves_messages(work):
         {"model": "models/model.gguf", "split_mode": 7, "type_k": 12, "kv_overrides": ["a=complex:1"],
          "n_threads": -2}]}))
     found = problems(path)
-    for key in ("split_mode: expected one of none, layer, row, got 7", "type_k: expected one of f32",
+    for key in ("split_mode: expected one of none, layer, row, tensor, got 7", "type_k: expected one of f32",
                 "kv_overrides: expected a mapping", "n_threads: must be at least 1, got -2"):
         assert any(p.startswith(f"{path}: models[0].{key}") for p in found), (key, found)
 

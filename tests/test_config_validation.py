@@ -46,7 +46,7 @@ models:
     ("defaults: {use_mmap: 'yes'}", "defaults.use_mmap: expected true or false, got 'yes'"),
     ("defaults: {flash_attn: maybe}", "defaults.flash_attn: expected true, false, auto, on or off"),
     ("defaults: {type_k: q9}", "defaults.type_k: expected one of f32, f16"),
-    ("defaults: {split_mode: rows}", ("defaults.split_mode: expected one of none, layer, row, got 'rows' "
+    ("defaults: {split_mode: rows}", ("defaults.split_mode: expected one of none, layer, row, tensor, got 'rows' "
                                      "(did you mean 'row'?)")),
     ("defaults: {pooling_type: meen}", "defaults.pooling_type: expected one of unspecified"),
     ("defaults: {tensor_split: [1, x]}", "defaults.tensor_split: expected a number, got 'x'"),

@@ -149,4 +149,5 @@ def test_generate_yields_argmax(llm):
     llm.reset()
     llm.eval(tokens)
     expected = int(np.argmax(llm.ctx.logits(-1)))
-    assert next(iter(llm.generate(tokens, SamplingParams(temperature=0), max_tokens=1))) == expected
+    assert next(llm.generate(tokens, temp=0)) == expected                     # llama-cpp-python's generate
+    assert next(iter(llm._generate(tokens, SamplingParams(temperature=0), max_tokens=1))) == expected

@@ -19,6 +19,15 @@ def supports_gpu_offload():
     return llama.llama_supports_gpu_offload()
 
 
+def numa_init(int strategy):
+    """Apply a NUMA policy (ggml_numa_strategy: 1 distribute, 2 isolate, 3 numactl, 4 mirror) to this
+    process's CPU threads; llama.cpp takes the first policy set and keeps it."""
+    if not 0 <= strategy <= ggml.GGML_NUMA_STRATEGY_MIRROR:
+        raise ValueError(f"numa strategy {strategy} is not one of 0..{int(ggml.GGML_NUMA_STRATEGY_MIRROR)}")
+    if strategy != ggml.GGML_NUMA_STRATEGY_DISABLED:
+        llama.llama_numa_init(<ggml.ggml_numa_strategy>strategy)
+
+
 def max_parallel_sequences():
     return llama.llama_max_parallel_sequences()
 

@@ -22,7 +22,12 @@ cdef class Context:
                  int n_seq_max=1, n_threads=None, n_threads_batch=None, bint embeddings=False,
                  pooling="unspecified", attention="unspecified", flash_attn="auto",
                  str type_k="f16", str type_v="f16", bint offload_kqv=True, bint kv_unified=False,
-                 float rope_freq_base=0.0, float rope_freq_scale=0.0, bint no_perf=False):
+                 float rope_freq_base=0.0, float rope_freq_scale=0.0, bint no_perf=False,
+                 rope_scaling_type="unspecified", float yarn_ext_factor=-1.0, float yarn_attn_factor=-1.0,
+                 float yarn_beta_fast=-1.0, float yarn_beta_slow=-1.0, int yarn_orig_ctx=0,
+                 bint op_offload=True, bint swa_full=True):
+        """RoPE/YaRN values left negative (or 0) take the model's own; `rope_scaling_type` is a name
+        (unspecified, none, linear, yarn, longrope) or llama.cpp's integer."""
         if self.ptr != NULL:
             raise RuntimeError("Context is already initialized")
         if model.ptr == NULL:
@@ -30,7 +35,10 @@ cdef class Context:
         cdef llama.llama_context_params p = _context_params(
             model, n_ctx, n_batch, n_ubatch, n_seq_max, n_threads, n_threads_batch, embeddings, pooling,
             attention, flash_attn, type_k, type_v, offload_kqv, kv_unified, rope_freq_base, rope_freq_scale,
-            no_perf)
+            no_perf, {"rope_scaling_type": rope_scaling_type, "yarn_ext_factor": yarn_ext_factor,
+                      "yarn_attn_factor": yarn_attn_factor, "yarn_beta_fast": yarn_beta_fast,
+                      "yarn_beta_slow": yarn_beta_slow, "yarn_orig_ctx": yarn_orig_ctx,
+                      "op_offload": op_offload, "swa_full": swa_full})
         p.abort_callback = _abort_trampoline
         p.abort_callback_data = &self.abort_state
         self.model = model

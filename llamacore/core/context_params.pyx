@@ -15,6 +15,11 @@ _ATTENTION_TYPES = {                # llamacore.options.ATTENTION_TYPES
     "unspecified": llama.LLAMA_ATTENTION_TYPE_UNSPECIFIED, "causal": llama.LLAMA_ATTENTION_TYPE_CAUSAL,
     "non_causal": llama.LLAMA_ATTENTION_TYPE_NON_CAUSAL,
 }
+ROPE_SCALING_TYPES = {              # llama-cpp-python's rope_scaling_type, by name
+    "unspecified": llama.LLAMA_ROPE_SCALING_TYPE_UNSPECIFIED, "none": llama.LLAMA_ROPE_SCALING_TYPE_NONE,
+    "linear": llama.LLAMA_ROPE_SCALING_TYPE_LINEAR, "yarn": llama.LLAMA_ROPE_SCALING_TYPE_YARN,
+    "longrope": llama.LLAMA_ROPE_SCALING_TYPE_LONGROPE,
+}
 _FLASH_ATTN = {                     # llamacore.options.FLASH_ATTN, plus None / True / False
     "auto": llama.LLAMA_FLASH_ATTN_TYPE_AUTO, None: llama.LLAMA_FLASH_ATTN_TYPE_AUTO,
     "on": llama.LLAMA_FLASH_ATTN_TYPE_ENABLED, True: llama.LLAMA_FLASH_ATTN_TYPE_ENABLED,
@@ -52,7 +57,7 @@ cdef llama.llama_pooling_type _pooling_code(pooling) except? llama.LLAMA_POOLING
 cdef llama.llama_context_params _context_params(
         Model model, int n_ctx, int n_batch, int n_ubatch, int n_seq_max, n_threads, n_threads_batch,
         bint embeddings, pooling, attention, flash_attn, str type_k, str type_v, bint offload_kqv,
-        bint kv_unified, float rope_freq_base, float rope_freq_scale, bint no_perf) except *:
+        bint kv_unified, float rope_freq_base, float rope_freq_scale, bint no_perf, dict rope) except *:
     """Context.__init__'s arguments, checked (llama.cpp aborts on some bad ones), as llama.cpp's params."""
     if n_ctx < 0 or n_batch <= 0 or n_ubatch <= 0:
         raise ValueError("n_ctx must be >= 0 (0 = the model's training context); n_batch and n_ubatch > 0")
@@ -97,4 +102,31 @@ cdef llama.llama_context_params _context_params(
     p.rope_freq_base = rope_freq_base
     p.rope_freq_scale = rope_freq_scale
     p.no_perf = no_perf
+    _rope_params(&p, rope)
     return p
+
+
+cdef int _rope_params(llama.llama_context_params * p, dict rope) except -1:
+    """RoPE scaling and YaRN overrides (negative or 0: the model's own value), and op_offload / swa_full."""
+    scaling = rope.get("rope_scaling_type", "unspecified")
+    if scaling in ROPE_SCALING_TYPES:
+        scaling = ROPE_SCALING_TYPES[scaling]
+    if scaling not in ROPE_SCALING_TYPES.values():
+        raise ValueError(f"rope_scaling_type {scaling!r} is not one of {', '.join(ROPE_SCALING_TYPES)} "
+                         f"(or llama.cpp's -1..3)")
+    p.rope_scaling_type = <llama.llama_rope_scaling_type><int>scaling
+    for name in ("yarn_ext_factor", "yarn_attn_factor", "yarn_beta_fast", "yarn_beta_slow"):
+        value = float(rope.get(name, -1.0))
+        if not math.isfinite(value):
+            raise ValueError(f"{name} must be a finite number (negative: the model's own value)")
+    p.yarn_ext_factor = rope.get("yarn_ext_factor", -1.0)
+    p.yarn_attn_factor = rope.get("yarn_attn_factor", -1.0)
+    p.yarn_beta_fast = rope.get("yarn_beta_fast", -1.0)
+    p.yarn_beta_slow = rope.get("yarn_beta_slow", -1.0)
+    orig = int(rope.get("yarn_orig_ctx", 0))
+    if not 0 <= orig < 2**31:
+        raise ValueError("yarn_orig_ctx must be >= 0 (0: the model's own value)")
+    p.yarn_orig_ctx = orig
+    p.op_offload = bool(rope.get("op_offload", True))
+    p.swa_full = bool(rope.get("swa_full", True))
+    return 0

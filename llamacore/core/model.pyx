@@ -38,7 +38,7 @@ cdef int32_t _model_val(const void * m, int32_t i, char * buf, size_t size) noex
 
 
 _SPLIT_MODES = {"none": llama.LLAMA_SPLIT_MODE_NONE, "layer": llama.LLAMA_SPLIT_MODE_LAYER,
-                "row": llama.LLAMA_SPLIT_MODE_ROW}      # the names of llamacore.options.SPLIT_MODES
+                "row": llama.LLAMA_SPLIT_MODE_ROW, "tensor": llama.LLAMA_SPLIT_MODE_TENSOR}      # the names of llamacore.options.SPLIT_MODES
 _LOAD_MODES = {
     (False, False): llama.LLAMA_LOAD_MODE_NONE,
     (True, False): llama.LLAMA_LOAD_MODE_MMAP,

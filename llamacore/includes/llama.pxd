@@ -24,6 +24,13 @@ cdef extern from "llama.h" nogil:
     ctypedef int32_t llama_token
     ctypedef int32_t llama_seq_id
 
+    enum llama_rope_scaling_type:
+        LLAMA_ROPE_SCALING_TYPE_UNSPECIFIED
+        LLAMA_ROPE_SCALING_TYPE_NONE
+        LLAMA_ROPE_SCALING_TYPE_LINEAR
+        LLAMA_ROPE_SCALING_TYPE_YARN
+        LLAMA_ROPE_SCALING_TYPE_LONGROPE
+
     enum llama_vocab_type:
         LLAMA_VOCAB_TYPE_NONE
         LLAMA_VOCAB_TYPE_SPM
@@ -64,6 +71,7 @@ cdef extern from "llama.h" nogil:
         LLAMA_SPLIT_MODE_NONE
         LLAMA_SPLIT_MODE_LAYER
         LLAMA_SPLIT_MODE_ROW
+        LLAMA_SPLIT_MODE_TENSOR
 
     enum llama_load_mode:
         LLAMA_LOAD_MODE_AUTO
@@ -136,8 +144,14 @@ cdef extern from "llama.h" nogil:
         llama_pooling_type pooling_type
         llama_attention_type attention_type
         llama_flash_attn_type flash_attn_type
+        llama_rope_scaling_type rope_scaling_type
         float rope_freq_base
         float rope_freq_scale
+        float yarn_ext_factor
+        float yarn_attn_factor
+        float yarn_beta_fast
+        float yarn_beta_slow
+        uint32_t yarn_orig_ctx
         ggml_type type_k
         ggml_type type_v
         ggml_abort_callback abort_callback
