@@ -333,3 +333,21 @@ def test_vision_model_answers_about_an_attached_image(browser, vision_srv, pictu
                     {"role": "user", "content": "Tell me more"}]
     assert browser.execute_script("return window.sent")[2]["messages"] == text_history
     assert third == api_answer(vision_srv, "text", text_history)
+
+
+def test_a_failed_request_keeps_the_message_to_send_again(browser, vision_srv):
+    """The server refuses the request (temperature out of range): the page shows the error and puts the
+    typed text and the attached image back, so the message can be sent again as it was."""
+    open_page(browser, vision_srv)
+    Select(browser.find_element(By.ID, "model")).select_by_value("vision")
+    temperature = browser.find_element(By.ID, "temperature")
+    temperature.clear()
+    temperature.send_keys("9")
+    assert paste_image(browser, image_bytes(pattern_image(2)))
+    wait_for(browser, lambda: len(pending_images(browser)) == 1)
+    browser.find_element(By.ID, "prompt").send_keys("Describe it")
+    browser.find_element(By.ID, "send").click()
+    wait_for(browser, lambda: "error" in browser.find_element(By.ID, "status").get_attribute("class"),
+             message=status(browser))
+    assert browser.find_element(By.ID, "prompt").get_attribute("value") == "Describe it"
+    assert [img.get_attribute("src") for img in pending_images(browser)] == [data_url(2)]
