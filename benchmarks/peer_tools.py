@@ -39,6 +39,22 @@ CMAKE_FLAGS = [
 ]
 
 
+def _repack_default() -> bool:
+    """Whether llamacore repacks weights into the CPU's extra buffer types by default (not on AMX CPUs,
+    where ggml's AMX path crashes some machines: llamacore/core/model.pyx)."""
+    from llamacore._core import DEFAULT_EXTRA_BUFTS
+
+    return bool(DEFAULT_EXTRA_BUFTS)
+
+
+# the peers load weights as llamacore does: llama.cpp's common-argument tools (llama-server,
+# llama-mtmd-cli) read LLAMA_ARG_REPACK; llama-bench takes REPACK_ARGS
+REPACK = _repack_default()
+REPACK_ARGS = [] if REPACK else ["--repack", "0"]
+if not REPACK:
+    os.environ.setdefault("LLAMA_ARG_REPACK", "0")
+
+
 def _log(msg: str) -> None:
     print(f"[peer-tools] {msg}", file=sys.stderr, flush=True)
 

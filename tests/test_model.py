@@ -110,3 +110,21 @@ def test_kv_override(tiny_model_path):
 def test_spec_validation():
     with pytest.raises(ValueError):
         TinyModelSpec(dtype="q4_0")
+
+
+def test_a_quantized_model_decodes_with_the_default_buffers(tmp_path):
+    """q8_0 weights through the default weight buffers. On AMX CPUs ggml's AMX buffers crash some
+    machines at the first product (llama.cpp issue 20824): llamacore leaves them off there. Run in a
+    child process, so that a crash fails this test instead of ending the test run."""
+    import subprocess
+    import sys
+
+    from tiny_models import TinyModelSpec, write_model
+
+    path = write_model(tmp_path / "model-q8_0.gguf", TinyModelSpec(dtype="q8_0"))
+    script = ("import sys; from llamacore import Batch, Context, Model\n"
+              "m = Model(sys.argv[1]); c = Context(m, n_ctx=128, n_threads=2); b = Batch(64)\n"
+              "b.add_sequence(list(range(1, 40)), 0, 0); c.decode(b); print(int(c.logits(-1).argmax()))\n")
+    done = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert done.stdout.strip().isdigit()

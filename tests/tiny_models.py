@@ -62,14 +62,14 @@ class TinyModelSpec:
     n_head_kv: int = 2
     n_ff: int = 128
     n_ctx_train: int = 2048
-    dtype: str = "f32"  # "f32" | "f16" (1-D norm weights always stay f32)
+    dtype: str = "f32"  # "f32" | "f16" | "q8_0" (1-D norm weights always stay f32)
     seed: int = 0
     chat_template: str | None = CHATML_TEMPLATE
     name: str = "tiny-llama"
 
     def __post_init__(self) -> None:
-        if self.dtype not in ("f32", "f16"):
-            raise ValueError(f"dtype must be 'f32' or 'f16', got {self.dtype!r}")
+        if self.dtype not in ("f32", "f16", "q8_0"):
+            raise ValueError(f"dtype must be 'f32', 'f16' or 'q8_0', got {self.dtype!r}")
         if self.n_embd % self.n_head or self.head_dim % 2:
             raise ValueError("n_embd must be divisible by n_head into an even head_dim")
         if self.n_head % self.n_head_kv:
@@ -142,9 +142,8 @@ def write_model(
 
     w = gguf.GGUFWriter(path, "llama")
     w.add_name(spec.name)
-    w.add_file_type(
-        gguf.LlamaFileType.MOSTLY_F16 if spec.dtype == "f16" else gguf.LlamaFileType.ALL_F32
-    )
+    w.add_file_type({"f16": gguf.LlamaFileType.MOSTLY_F16, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}.get(
+        spec.dtype, gguf.LlamaFileType.ALL_F32))
     w.add_context_length(spec.n_ctx_train)
     w.add_embedding_length(spec.n_embd)
     w.add_block_count(spec.n_layer)
@@ -163,7 +162,13 @@ def write_model(
     wtype = np.float16 if spec.dtype == "f16" else np.float32
 
     def matrix(name: str, shape: tuple[int, int], std: float) -> None:
-        w.add_tensor(name, _normal(rng, shape, std).astype(wtype))
+        values = _normal(rng, shape, std)
+        if spec.dtype == "q8_0":           # blocks of 32 along each row (gguf's reference quantizer)
+            q8 = gguf.GGMLQuantizationType.Q8_0
+            w.add_tensor(name, gguf.quants.quantize(values, q8), raw_shape=gguf.quant_shape_to_byte_shape(shape, q8),
+                         raw_dtype=q8)
+        else:
+            w.add_tensor(name, values.astype(wtype))
 
     def norm(name: str) -> None:
         w.add_tensor(name, np.ones(spec.n_embd, dtype=np.float32))

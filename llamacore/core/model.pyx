@@ -37,8 +37,26 @@ cdef int32_t _model_val(const void * m, int32_t i, char * buf, size_t size) noex
     return llama.llama_model_meta_val_str_by_index(<const llama.llama_model *>m, i, buf, size)
 
 
-_SPLIT_MODES = {"none": llama.LLAMA_SPLIT_MODE_NONE, "layer": llama.LLAMA_SPLIT_MODE_LAYER,
-                "row": llama.LLAMA_SPLIT_MODE_ROW, "tensor": llama.LLAMA_SPLIT_MODE_TENSOR}      # the names of llamacore.options.SPLIT_MODES
+_SPLIT_MODES = {"none": llama.LLAMA_SPLIT_MODE_NONE, "layer": llama.LLAMA_SPLIT_MODE_LAYER,      # the names of
+                "row": llama.LLAMA_SPLIT_MODE_ROW, "tensor": llama.LLAMA_SPLIT_MODE_TENSOR}      # llamacore.options.SPLIT_MODES
+
+
+def _cpu_has_amx():
+    """Whether this CPU has AMX (Sapphire Rapids and later), from /proc/cpuinfo."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return "amx_int8" in line.split()
+    except OSError:
+        pass
+    return False
+
+
+# ggml's AMX weight buffers (one of the CPU's "extra" buffer types) crash some AMX machines at the
+# first matrix product of a quantized model (llama.cpp issue 20824, unfixed; seen here on q4_0 and
+# q8_0, in llama-bench too): on AMX CPUs weights are not repacked into extra buffer types unless asked
+DEFAULT_EXTRA_BUFTS = not _cpu_has_amx()
 _LOAD_MODES = {
     (False, False): llama.LLAMA_LOAD_MODE_NONE,
     (True, False): llama.LLAMA_LOAD_MODE_MMAP,
@@ -60,11 +78,13 @@ cdef class Model:
 
     def __init__(self, path, *, n_gpu_layers=None, bint use_mmap=True, bint use_mlock=False,
                  bint vocab_only=False, int main_gpu=0, tensor_split=None, dict kv_overrides=None,
-                 str split_mode="layer", bint check_tensors=False, rpc_servers=None):
+                 str split_mode="layer", bint check_tensors=False, rpc_servers=None, use_extra_bufts=None):
         """`rpc_servers` ("host:port", ...): put the offloaded layers on those ggml RPC workers
         (llamaserve rpc-worker), weighed by `tensor_split`; each is checked before loading
         (llamacore.rpc.RPCUnavailableError). `n_gpu_layers` None means 0, or every layer
-        when `rpc_servers` is given."""
+        when `rpc_servers` is given. `use_extra_bufts` lets llama.cpp repack weights into the CPU's
+        faster layouts (llama-server's --repack); None means yes except on AMX CPUs, where ggml's AMX
+        path crashes some machines."""
         if self.ptr != NULL:
             raise RuntimeError("Model is already initialized")
         self.path = _check_gguf_file(path, "model")
@@ -78,6 +98,7 @@ cdef class Model:
         params.vocab_only = vocab_only
         params.main_gpu = main_gpu
         params.check_tensors = check_tensors
+        params.use_extra_bufts = DEFAULT_EXTRA_BUFTS if use_extra_bufts is None else bool(use_extra_bufts)
         params.split_mode = _SPLIT_MODES[split_mode]
 
         cdef vector[float] split            # these must outlive the load call
