@@ -22,6 +22,8 @@ def _num(x: float | None, unit: str = "") -> str:
         return f"{x * 1000:.1f} ms"
     if unit == "MiB":
         return f"{x / 2**20:.0f} MiB"
+    if unit == "x":
+        return f"{x:.2f}x"
     return f"{x:.1f}" + (f" {unit}" if unit else "")
 
 
@@ -154,6 +156,45 @@ def vision_rows(vis: dict) -> list[Row]:
             for part, label in (("total", "encode + decode"), ("encode", "encode"), ("decode", "decode"))]
 
 
+SPEC_MODES = {"plain": "plain decoding", "ngram": "prompt lookup", "draft": "draft model"}
+SPEC_PEERS = {"plain": "llama-server", "ngram": "llama-server ngram-simple", "draft": "llama-server draft-simple"}
+SPEC_WORKLOADS = {"random/rewrite": "rewrite prompt", "random/story": "non-repetitive prompt",
+                  "copy/rewrite": "rewrite prompt, copy model"}
+
+
+def speculative_rows(spec: dict) -> list[Row]:
+    """Per workload: tok/s of each mode against llama-server's, speedups over plain, acceptance (%)."""
+    rows: list[Row] = []
+    ratios = spec["ratios"]
+    for key, by in spec["summary"].items():
+        label = SPEC_WORKLOADS.get(key, key)
+        for mode, what in SPEC_MODES.items():
+            if o := by.get(f"llamaserve-{mode}"):
+                p = by.get(f"llama-server-{mode}")
+                rows.append((f"{label}: {what} (tok/s)", o["tok_s"], SPEC_PEERS[mode], p and p["tok_s"], ""))
+        for mode in ("ngram", "draft"):
+            if f"llamaserve-{mode}" in by:
+                rows.append((f"{label}: {SPEC_MODES[mode]} / plain (speedup)",
+                             ratios.get(f"{key}: llamaserve {mode}/plain"), "llama-server, same ratio",
+                             ratios.get(f"{key}: llama-server {mode}/plain"), "x"))
+        for mode in ("ngram", "draft"):
+            if o := by.get(f"llamaserve-{mode}"):
+                p = by.get(f"llama-server-{mode}")
+                pct = [x["acceptance"] * 100 if x and x["acceptance"] is not None else None for x in (o, p)]
+                rows.append((f"{label}: {SPEC_MODES[mode]}, accepted / drafted tokens", pct[0], SPEC_PEERS[mode],
+                             pct[1], "%"))
+    return rows
+
+
+def speculative_targets(spec: dict) -> list[str]:
+    parts = [f"{t['what']} **{t['value']:.2f}**x (target >= {t['target']}, {'met' if t['met'] else 'not met'})"
+             if t["value"] is not None else f"{t['what']} n/a" for t in spec["targets"]]
+    cost = spec.get("draft_cost") or {}
+    tail = (f" A draft token costs {cost['ratio']:.2f} of a target token here (llama-bench tg32: "
+            f"{cost['target_tok_s']:.1f} vs {cost['draft_tok_s']:.1f} tok/s)." if cost else "")
+    return ["Targets, llamaserve's tokens/s over its plain decoding: " + "; ".join(parts) + "." + tail, ""]
+
+
 def lora_switch_rows(sw: dict) -> list[Row]:
     served, inproc = sw["served"]["median_s"], sw["in_process"]["median_s"]
     ours, peer = served["llamaserve-lora"], served["llama-server-lora"]
@@ -238,6 +279,9 @@ def headline(results: dict) -> list[Row]:
         rows += lora_switch_rows(sw)[1:2] + lora_switch_rows(sw)[-1:]
     if vis := _result(results, "vision"):
         rows += vision_rows(vis)[:1]
+    if spec := _result(results, "speculative"):
+        rows += [r for r in speculative_rows(spec) if r[0] in ("rewrite prompt, copy model: prompt lookup (tok/s)",
+                                                               "rewrite prompt: draft model (tok/s)")]
     rows += [r for r in load_rows(results) if r[0] in ("cold load + first token", "model switch: TTFT, model not loaded")]
     if rss := _result(results, "rss_idle"):
         rows += rss_rows(rss)[-2:]
@@ -281,11 +325,15 @@ def write(results: dict, json_path: Path) -> Path:
          isolation_rows, ""),
         ("rpc", "A model split across two loopback RPC workers", rpc_rows, ""),
         ("vision", "Image prompt processing (encode + decode) vs llama-mtmd-cli", vision_rows, "lower"),
+        ("speculative", "Speculative decoding at 1 client: prompt lookup and a draft model vs llama-server",
+         speculative_rows, "higher"),
         ("rss_idle", "Server memory (RSS) before load, loaded, after idle unload", rss_rows, "lower"),
     ]
     for case, title, rows, better in sections:
         if res := _result(results, case):
             lines += [f"## {title}", "", *table(rows(res), better), ""]
+            if case == "speculative":
+                lines += speculative_targets(res)
             if case == "vision":
                 lines += [f"Peer / ours (encode + decode, {res['which']}): **{res['ratio_peer_over_ours']:.3f}** "
                           f"(target >= {res['target']}; a time, so above 1 means we are faster).", ""]

@@ -37,6 +37,7 @@ import bench_mixed_lora
 import bench_prefix
 import bench_rpc
 import bench_server
+import bench_speculative
 import bench_vision
 import machine
 import report
@@ -57,7 +58,8 @@ MODES = {
               "mixed_args": ["--ranks", "8", "--adapters", "1,4,8", "--clients", "8", "--reps", "1", "--retries", "0"],
               "prefix_args": ["--clients", "8", "--prefix", "1500", "--reps", "1"],
               "isolation_args": ["--reps", "1", "--load-reps", "2", "--retries", "0"],
-              "rpc_args": ["--reps", "1"], "vision_args": ["--reps", "3"]},
+              "rpc_args": ["--reps", "1"], "vision_args": ["--reps", "3"],
+              "spec_model": "small", "spec_args": ["--reps", "1", "--n-gen", "96", "--retries", "0"]},
     "full": {"core_models": [f"{s}-{d}" for s in ("small", "mid") for d in ("f16", "q8_0", "q4_0")],
              "core_reps": 3, "core_runs": 5, "idle_wait": 30, "llm_models": "tiny,small,mid",
              "llm_reps": 3, "llm_runs": 3, "switch_model": "small", "switch_reps": 10,
@@ -66,7 +68,8 @@ MODES = {
              "mixed_args": ["--ranks", "8,64", "--adapters", "1,2,4,8", "--clients", "8,16", "--reps", "2"],
              "prefix_args": ["--clients", "8", "--prefix", "1500", "--reps", "3"],
              "isolation_args": ["--reps", "11", "--load-reps", "5"],
-             "rpc_args": ["--reps", "3"], "vision_args": ["--reps", "15"]},
+             "rpc_args": ["--reps", "3"], "vision_args": ["--reps", "15"],
+             "spec_model": "mid", "spec_args": ["--reps", "5", "--n-gen", "160"]},
 }
 
 
@@ -127,6 +130,11 @@ def _vision(m: dict, threads: int, workdir: Path) -> dict:
                               "--idle-wait", str(min(m["idle_wait"], 10)), *m["vision_args"]])
 
 
+def _speculative(m: dict, threads: int, workdir: Path) -> dict:
+    return bench_speculative.main(["--model", m["spec_model"], "--threads", str(threads), "--workdir", str(workdir),
+                                   "--idle-wait", str(min(m["idle_wait"], 10)), *m["spec_args"]])
+
+
 def _bandwidth(m: dict, threads: int, workdir: Path) -> dict:
     return machine.memory_bandwidth(threads)
 
@@ -145,6 +153,7 @@ CASES = {  # name -> (what it measures, runner)
     "isolation": ("isolation: process vs thread (throughput 1/8 clients, TTFT, cold load, RSS)", _isolation),
     "rpc": ("a model split across 2 loopback RPC workers: vs llama-server --rpc and vs local", _rpc),
     "vision": ("image prompt processing (encode + decode of one image) vs llama-mtmd-cli", _vision),
+    "speculative": ("speculative decoding at 1 client (prompt lookup, draft model) vs llama-server", _speculative),
 }
 
 
@@ -163,6 +172,8 @@ def prepare(m: dict, cases: list[str]) -> None:
         ensure_loras(size)
     if "server" in cases:
         ensure_loras(m["server_model"])
+    if "speculative" in cases:
+        bench_speculative.prepare(m["spec_model"])
     if "vision" in cases:
         ensure_tool("llama-mtmd-cli")
         ensure_model(m["server_model"])

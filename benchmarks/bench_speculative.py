@@ -1,0 +1,477 @@
+"""Speculative decoding at 1 client: prompt lookup and a draft model, llamaserve vs llama-server.
+
+Six servers, each with one slot (``parallel: 1`` / ``-np 1``) on the same target model: llamaserve
+plain, with ``speculative: {draft_model: ngram, n_draft: 8, ngram_size: 3}`` and with
+``speculative: {draft_model: DRAFT, n_draft: 8, p_min: 0.0}``; llama-server plain, with
+``--spec-type ngram-simple --spec-ngram-simple-size-n 3 --spec-ngram-simple-size-m 8`` (its prompt
+lookup: the last 3 tokens looked up in the history, up to 8 drafted) and with ``-md DRAFT --spec-type
+draft-simple --spec-draft-n-max 8 --spec-draft-n-min 0 --spec-draft-p-min 0.0`` (this llama.cpp removed
+``--draft-max``/``--draft-min``, and ``-md`` without ``--spec-type`` loads the draft but never drafts). One client sends non-streamed
+``/completion`` requests (both servers' native route): the prompt as token ids, ``n_predict``
+--n-gen, temperature 0, ``ignore_eos`` (every answer has the same length). Generation tokens/s per
+request = (predicted_n - 1) / predicted_ms of the server's own llama.cpp-style ``timings`` (the first
+token comes from the prompt's batch, so both servers are counted the same way). Each rep sends every
+workload to every side, the side order rotating; medians over reps. A request during which other
+processes took more than --noise of the CPUs is rerun (--retries). Greedy answers must not depend on
+speculation: every side's tokens are compared with the plain llamaserve answer of the same workload.
+
+Acceptance (accepted / drafted tokens): llamaserve's ``/metrics`` gauges
+``llamaserve_speculative_draft_tokens`` and ``..._accepted_tokens`` before and after each request;
+llama-server's ``timings.draft_n`` and ``draft_n_accepted``.
+
+Workloads. Random-weight models do not copy their context as trained models do (measured here: on
+"small" and "mid" greedy answers do not fall into loops within 400 tokens, and a text in the prompt is
+not repeated), so two target models:
+
+* ``random``: the --model f16 file. "rewrite": a prompt asking to rewrite a text with small changes,
+  the text being the model's own greedy answer to the instruction (every 24th token changed), then
+  "Rewritten text:" ending with the instruction's last token; "story": a short prompt that repeats
+  nothing. Prompt lookup finds little here (reported as measured); the draft model (the same random
+  weights quantized) agrees with the target on most tokens, so the draft-model figures are meaningful.
+* ``copy``: the same f16 file with every ``attn_output`` weight zeroed (the same shapes, bytes and
+  arithmetic, so the same speed per token): each next token then depends on the last token only, so
+  the greedy answer to the "rewrite" prompt is the text in the prompt, as a trained model rewriting a
+  text copies most of it. This is the prompt-lookup workload; plain and prompt lookup only.
+
+The draft model: ``--draft-dtype`` (default q4_0). On some Intel AMX CPUs ggml's AMX path for
+q4_0/q8_0/K-quant weights crashes (SIGSEGV in ggml_backend_amx_mul_mat; llama.cpp issue 20824).
+llamacore leaves the AMX buffers off on AMX CPUs and the peers get the same (peer_tools.REPACK);
+"auto" still probes the q4_0 file in a subprocess first and falls back to q5_0 with every tensor
+q5_0 (``llama-quantize --pure``: no AMX kernel for it), with a note. Both servers get the same
+draft file.
+
+Targets (issue; reported, never asserted): rewrite prompt, prompt lookup >= 1.8x the tokens/s of
+plain decoding, a draft model >= 1.5x; never below 0.95x on a non-repetitive prompt.
+
+Usage: python benchmarks/bench_speculative.py [--model small|mid] [--reps 5] [--n-gen 160]
+       [--draft-dtype auto|q4_0|q8_0|q5_0] [--threads N] [--idle-wait S] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import machine
+import servers
+from models import CACHE, SPECS, ensure_model  # also puts the checkout on sys.path
+from peer_tools import REPACK_ARGS, ROOT, cpu_busy, ensure_tool
+from server_rounds import CpuMeter
+
+N_DRAFT, NGRAM_SIZE, P_MIN = 8, 3, 0.0
+N_CTX = 1024
+CHANGE_EVERY = 24                   # "small changes": every 24th token of the text in the rewrite prompt
+TARGETS = {"prompt lookup": 1.8, "draft model": 1.5, "non-repetitive": 0.95}
+INSTRUCTION = "Rewrite the text below with small changes: keep every sentence, change only the names.\n\nText:"
+REWRITE_TAIL = "\n\nRewritten text:"
+STORY = "Write a short story about a lighthouse keeper who finds a strange map."
+MODES = ("plain", "ngram", "draft")
+SERVERS = ("llamaserve", "llama-server")
+GROUPS = {"random": {"workloads": ("rewrite", "story"), "modes": MODES},
+          "copy": {"workloads": ("rewrite",), "modes": ("plain", "ngram")}}
+
+
+def _log(msg: str) -> None:
+    print(f"[speculative] {msg}", file=sys.stderr, flush=True)
+
+
+# -- models ------------------------------------------------------------------------------------
+
+
+def copy_model(size: str) -> Path:
+    """The f16 model with every attn_output weight zeroed: same shapes and speed, and each next token
+    depends on the last token only (a text the model would write, given in the prompt, is repeated)."""
+    path = CACHE / f"{size}-f16-noattn.gguf"
+    if path.is_file():
+        return path
+    import gguf
+
+    source = ensure_model(size, "f16")
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    _log(f"writing {path.name} (attention outputs of {source.name} zeroed)")
+    shutil.copyfile(source, tmp)
+    zeroed = 0
+    with open(tmp, "r+b") as f:
+        for t in gguf.GGUFReader(source).tensors:
+            if t.name.endswith("attn_output.weight"):
+                f.seek(int(t.data_offset))
+                f.write(bytes(int(t.n_bytes)))
+                zeroed += 1
+    if not zeroed:
+        tmp.unlink()
+        raise RuntimeError(f"{source} has no attn_output weights to zero")
+    tmp.replace(path)
+    return path
+
+
+def pure_quantized(size: str, dtype: str) -> Path:
+    """`size` quantized with every tensor in `dtype` (llama-quantize --pure), cached next to the models."""
+    path = CACHE / f"{size}-{dtype}-pure.gguf"
+    if path.is_file():
+        return path
+    source = ensure_model(size, "f16")
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    _log(f"quantizing {source.name} -> {path.name} (--pure)")
+    cmd = [str(ensure_tool("llama-quantize")), "--pure", str(source), str(tmp), dtype.upper()]
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
+    tmp.replace(path)
+    return path
+
+
+_PROBE = """
+import sys
+from llamacore import Batch, Context, Model
+m = Model(sys.argv[1])
+c = Context(m, n_ctx=128, n_threads=1, n_threads_batch=1)
+b = Batch(64)
+b.add_sequence(list(range(100, 132)), 0, 0)
+c.decode(b)
+b.clear()
+b.add(7, 32, 0, logits=True)
+c.decode(b)
+"""
+
+
+def decode_fails(path: Path) -> str | None:
+    """Why decoding with `path` fails in a subprocess (a crash, an error), or None when it works."""
+    proc = subprocess.run([sys.executable, "-c", _PROBE, str(path)], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300, check=False)
+    if proc.returncode == 0:
+        return None
+    if proc.returncode < 0:
+        return f"killed by signal {-proc.returncode}"
+    return f"exit {proc.returncode}: {proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else ''}"
+
+
+def draft_model(size: str, dtype: str) -> tuple[Path, str | None]:
+    """The draft model file and a note when it is not what was asked for."""
+    if dtype == "q5_0":
+        return pure_quantized(size, "q5_0"), None
+    if dtype != "auto":
+        return ensure_model(size, dtype), None
+    path = ensure_model(size, "q4_0")
+    if (why := decode_fails(path)) is None:
+        return path, None
+    fallback = pure_quantized(size, "q5_0")
+    if decode_fails(fallback) is not None:
+        raise RuntimeError(f"no draft model decodes here: {path.name} {why}, and {fallback.name} too")
+    return fallback, (f"draft model {fallback.name} instead of {path.name}: decoding {path.name} here was "
+                      f"{why} (ggml's AMX kernels for q4_0/q8_0/K-quant weights crash on this CPU, in llamacore "
+                      "and llama.cpp's tools alike; q5_0 has no AMX kernel)")
+
+
+def prepare(size: str, draft_dtype: str = "auto") -> None:
+    """Every file the case needs, before any timing (run.py calls this)."""
+    ensure_model(size, "f16")
+    copy_model(size)
+    draft_model(size, draft_dtype)
+
+
+# -- servers -----------------------------------------------------------------------------------
+
+
+def peer_flags() -> dict[str, list[str] | None]:
+    """llama-server's flags for prompt lookup and a draft model in this version (None: not supported)."""
+    text = subprocess.run([str(ensure_tool("llama-server")), "--help"], capture_output=True, text=True,
+                          check=False).stdout
+    ngram = (["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", str(NGRAM_SIZE),
+              "--spec-ngram-simple-size-m", str(N_DRAFT)] if "ngram-simple" in text else None)
+    if "--spec-draft-n-max" in text:        # -md alone loads the draft model but drafts nothing: name the type
+        draft = ["--spec-type", "draft-simple", "--spec-draft-n-max", str(N_DRAFT), "--spec-draft-n-min", "0",
+                 "--spec-draft-p-min", str(P_MIN)]
+    else:                                   # older llama.cpp: -md drafts with these
+        draft = ["--draft-max", str(N_DRAFT), "--draft-min", "0", "--draft-p-min", str(P_MIN)]
+    return {"ngram": ngram, "draft": draft}
+
+
+def make_servers(group: str, model: Path, draft: Path, workdir: Path, threads: int,
+                 flags: dict) -> dict[str, servers.Server]:
+    """side name ("llamaserve-ngram", ...) -> server, for the group's modes."""
+    spec = {"ngram": {"draft_model": "ngram", "n_draft": N_DRAFT, "ngram_size": NGRAM_SIZE},
+            "draft": {"draft_model": str(draft), "n_draft": N_DRAFT, "p_min": P_MIN}}
+    out = {}
+    for mode in GROUPS[group]["modes"]:
+        defaults = {"speculative": spec[mode]} if mode != "plain" else None
+        out[f"llamaserve-{mode}"] = servers.llamaserve(model, workdir, threads=threads, parallel=1, n_ctx=N_CTX,
+                                                       name=f"llamaserve-{mode}-{group}", defaults=defaults)
+        if mode != "plain" and flags[mode] is None:
+            continue
+        extra = {"plain": [], "ngram": flags["ngram"], "draft": ["-md", str(draft), *(flags["draft"] or [])]}[mode]
+        out[f"llama-server-{mode}"] = servers.llama_server(model, workdir, threads=threads, parallel=1, n_ctx=N_CTX,
+                                                           name=f"llama-server-{mode}-{group}", extra_args=extra)
+    return out
+
+
+_METRIC = re.compile(r'^llamaserve_speculative_(draft|accepted)_tokens\{model="base"\} (\S+)$', re.M)
+
+
+def spec_counts(http: httpx.Client, server: servers.Server) -> tuple[float, float]:
+    """llamaserve's (drafted, accepted) totals of model "base"; (0, 0) before any draft."""
+    got = dict(_METRIC.findall(http.get(server.base_url + "/metrics").text))
+    return float(got.get("draft", 0)), float(got.get("accepted", 0))
+
+
+def complete(http: httpx.Client, server: servers.Server, prompt: list[int], n_gen: int) -> dict:
+    """One non-streamed /completion: generation tokens/s from the server's timings, its tokens, drafts."""
+    ours = server.name.startswith("llamaserve")
+    before = spec_counts(http, server) if ours else (0.0, 0.0)
+    body = {"model": "base", "prompt": prompt, "n_predict": n_gen, "temperature": 0, "ignore_eos": True,
+            "return_tokens": True, "cache_prompt": True}
+    started = time.perf_counter()
+    resp = http.post(server.base_url + "/completion", json=body)
+    wall = time.perf_counter() - started
+    if resp.status_code != 200:
+        raise RuntimeError(f"{server.name}: HTTP {resp.status_code} {resp.text[:300]}\n{server.log_tail()}")
+    data = resp.json()
+    t = data["timings"]
+    n, ms = int(t["predicted_n"]), float(t["predicted_ms"])
+    if ours:
+        after = spec_counts(http, server)
+        drafted, accepted = after[0] - before[0], after[1] - before[1]
+    else:
+        drafted, accepted = t.get("draft_n", 0), t.get("draft_n_accepted", 0)
+    return {"tokens": data.get("tokens") or [], "n": n, "predicted_ms": ms,
+            "tok_s": 1e3 * (n - 1) / ms if n > 1 and ms > 0 else None,
+            "reported_tok_s": t.get("predicted_per_second"), "prompt_ms": t.get("prompt_ms"), "wall_s": wall,
+            "drafted": drafted, "accepted": accepted}
+
+
+# -- prompts -----------------------------------------------------------------------------------
+
+
+def prompts(model: Path, http: httpx.Client, plain: servers.Server, n_gen: int) -> dict[str, list[int]]:
+    """Token-id prompts: "rewrite" (the model's own answer to INSTRUCTION, lightly changed, to rewrite)
+    and "story" (nothing repeats)."""
+    from llamacore import Model
+
+    vocab = Model(model, vocab_only=True)
+    head = vocab.tokenize(INSTRUCTION, add_special=True)
+    text = complete(http, plain, head, n_gen + 8)["tokens"]
+    change = vocab.tokenize(" Anna", add_special=False)[-1]
+    text = [change if i % CHANGE_EVERY == CHANGE_EVERY // 2 else tok for i, tok in enumerate(text)]
+    tail = vocab.tokenize(REWRITE_TAIL, add_special=False)
+    tail[-1] = head[-1]                   # the answer starts after the same token as the text did
+    return {"rewrite": head + text + tail, "story": vocab.tokenize(STORY, add_special=True)}
+
+
+# -- rounds ------------------------------------------------------------------------------------
+
+
+def wait_idle(limit: float) -> None:
+    deadline = time.monotonic() + limit
+    while limit > 0 and cpu_busy(0.5) > 0.1 and time.monotonic() < deadline:
+        pass
+
+
+def run_group(group: str, model: Path, draft: Path, args, flags: dict, workdir: Path) -> list[dict]:
+    sides = make_servers(group, model, draft, workdir, args.threads, flags)
+    rounds: list[dict] = []
+    with servers.ServerSet() as owned, httpx.Client(timeout=600.0) as http:
+        for s in sides.values():
+            owned.add(s)
+            print(f"started {s.name}: {' '.join(s.cmd)}", flush=True)
+        texts = prompts(model, http, sides["llamaserve-plain"], args.n_gen)
+        workloads = {w: texts[w] for w in GROUPS[group]["workloads"]}
+        for w, p in workloads.items():
+            print(f"{group}/{w}: prompt of {len(p)} tokens", flush=True)
+            for s in sides.values():                   # untimed: page cache, prompt cache, draft context
+                complete(http, s, p, args.n_gen)
+        names = list(sides)
+        k = 0
+        for rep in range(args.reps):
+            for w, p in workloads.items():
+                order = names[k % len(names):] + names[:k % len(names)]
+                k += 1
+                for side in order:
+                    server = sides[side]
+                    for attempt in range(args.retries + 1):
+                        wait_idle(args.idle_wait)
+                        with CpuMeter(server) as cpu:
+                            r = complete(http, server, p, args.n_gen)
+                        noisy = cpu.result["other_frac"] > args.noise and cpu.result["other_cpu_s"] > 0.05
+                        r.update(group=group, workload=w, side=side, rep=rep, attempt=attempt, cpu=cpu.result,
+                                 discarded=noisy and attempt < args.retries)
+                        rounds.append(r)
+                        _print(r)
+                        if not r["discarded"]:
+                            break
+    return rounds
+
+
+def _print(r: dict) -> None:
+    acc = f"  accepted {r['accepted']:.0f}/{r['drafted']:.0f}" if r["drafted"] else ""
+    note = "  -> discarded (other processes were busy), retrying" if r["discarded"] else ""
+    print(f"  rep {r['rep']} {r['group']}/{r['workload']:<8} {r['side']:<20} "
+          f"{r['tok_s'] or 0:7.1f} tok/s ({r['n']} tokens){acc}  other cpu "
+          f"{r['cpu']['other_frac']:.0%}{note}", flush=True)
+
+
+def draft_cost(target: Path, draft: Path, threads: int, idle_wait: float) -> dict:
+    """Generation tokens/s of target and draft alone (llama-bench tg32, mean of 3 runs) and their ratio."""
+    import json
+
+    out = {}
+    for key, path in (("target_tok_s", target), ("draft_tok_s", draft)):
+        wait_idle(idle_wait)
+        proc = subprocess.run([str(ensure_tool("llama-bench")), "-m", str(path), "-p", "0", "-n", "32", "-r", "3",
+                               "-t", str(threads), "-o", "json", *REPACK_ARGS], capture_output=True, text=True,
+                              check=True)
+        out[key] = json.loads(proc.stdout)[0]["avg_ts"]
+    out["ratio"] = out["target_tok_s"] / out["draft_tok_s"]
+    return out
+
+
+def summarize(rounds: list[dict]) -> dict:
+    """"group/workload" -> side -> medians, acceptance, and whether its tokens equal plain llamaserve's."""
+    out: dict[str, dict[str, dict]] = {}
+    kept = [r for r in rounds if not r["discarded"]]
+    for r in kept:
+        out.setdefault(f"{r['group']}/{r['workload']}", {}).setdefault(r["side"], []).append(r)
+    for key, by_side in out.items():
+        reference = by_side["llamaserve-plain"][0]["tokens"]
+        for side, rs in by_side.items():
+            drafted, accepted = sum(r["drafted"] for r in rs), sum(r["accepted"] for r in rs)
+            firsts = [next((i for i, (a, b) in enumerate(zip(reference, r["tokens"])) if a != b), None)
+                      for r in rs]
+            by_side[side] = {
+                "reps": len(rs), "tok_s": statistics.median(r["tok_s"] for r in rs),
+                "tok_s_all": [round(r["tok_s"], 2) for r in rs], "tokens": rs[0]["n"],
+                "drafted_per_request": drafted / len(rs), "acceptance": accepted / drafted if drafted else None,
+                "same_tokens_as_plain": all(r["tokens"] == reference for r in rs),
+                "first_difference": min((i for i in firsts if i is not None), default=None),
+                "max_other_cpu": max(r["cpu"]["other_frac"] for r in rs)}
+    return out
+
+
+def ratios(summary: dict) -> dict[str, float | None]:
+    """"group/workload: SERVER mode/plain" and "group/workload: mode ours/llama-server"."""
+    out: dict[str, float | None] = {}
+    for key, by in summary.items():
+        def tok(side: str) -> float | None:
+            return by[side]["tok_s"] if side in by else None
+        for server in SERVERS:
+            for mode in ("ngram", "draft"):
+                a, b = tok(f"{server}-{mode}"), tok(f"{server}-plain")
+                if a is not None or f"llamaserve-{mode}" in by:
+                    out[f"{key}: {server} {mode}/plain"] = a / b if a and b else None
+        for mode in MODES:
+            a, b = tok(f"llamaserve-{mode}"), tok(f"llama-server-{mode}")
+            if a is not None:
+                out[f"{key}: {mode} ours/llama-server"] = a / b if a and b else None
+    return out
+
+
+def targets(r: dict) -> list[dict]:
+    """Our ratios against the issue's targets."""
+    def row(what: str, key: str, target: float) -> dict:
+        value = r.get(key)
+        return {"what": what, "ratio": key, "value": value, "target": target,
+                "met": value is not None and value >= target}
+    return [row("prompt lookup, rewrite prompt (copy model)", "copy/rewrite: llamaserve ngram/plain",
+                TARGETS["prompt lookup"]),
+            row("prompt lookup, rewrite prompt (random model)", "random/rewrite: llamaserve ngram/plain",
+                TARGETS["prompt lookup"]),
+            row("draft model, rewrite prompt", "random/rewrite: llamaserve draft/plain", TARGETS["draft model"]),
+            row("prompt lookup, non-repetitive prompt", "random/story: llamaserve ngram/plain",
+                TARGETS["non-repetitive"]),
+            row("draft model, non-repetitive prompt", "random/story: llamaserve draft/plain",
+                TARGETS["non-repetitive"])]
+
+
+def main(argv: list[str] | None = None) -> dict:
+    import json
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="mid", choices=sorted(SPECS), help="the target model (f16)")
+    ap.add_argument("--draft-dtype", default="auto", choices=("auto", "q4_0", "q8_0", "q5_0"),
+                    help="the draft model: the target's weights quantized (auto: q4_0, else q5_0 where q4_0 crashes)")
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--n-gen", type=int, default=160, help="tokens per answer (ignore_eos)")
+    ap.add_argument("--idle-wait", type=float, default=10.0, help="max seconds to wait for idle CPUs per request")
+    ap.add_argument("--noise", type=float, default=0.05,
+                    help="rerun a request during which other processes used more than this fraction of the CPUs")
+    ap.add_argument("--retries", type=int, default=2)
+    ap.add_argument("--workdir", help="where server configs and logs go (default: a new temp dir)")
+    ap.add_argument("--json", type=Path, help="write the report with every request here")
+    args = ap.parse_args(argv)
+
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="bench_speculative."))
+    workdir.mkdir(parents=True, exist_ok=True)
+    target, copy = ensure_model(args.model, "f16"), copy_model(args.model)
+    draft, draft_note = draft_model(args.model, args.draft_dtype)
+    flags = peer_flags()
+    notes = [f"measured on {machine.machine_info()['cpu']}, {os.cpu_count()} CPUs, {args.threads} threads"]
+    notes += [draft_note] if draft_note else []
+    if flags["ngram"] is None:
+        notes.append("this llama-server has no --spec-type ngram-simple: its prompt-lookup side is skipped")
+    rounds = []
+    for group, model in (("random", target), ("copy", copy)):
+        rounds += run_group(group, model, draft, args, flags, workdir)
+    summary = summarize(rounds)
+    rat = ratios(summary)
+    tgt = targets(rat)
+    different = [f"{key} {side} (from token {s['first_difference']})" for key, by in summary.items()
+                 for side, s in by.items() if not s["same_tokens_as_plain"]]
+    acc = {key: {side: s["acceptance"] for side, s in by.items() if s["acceptance"] is not None}
+           for key, by in summary.items()}
+    notes.append("random-weight models do not copy their context: on the random model prompt lookup drafts "
+                 f"little (acceptance {_pct(acc.get('random/rewrite', {}).get('llamaserve-ngram'))} on the rewrite "
+                 "prompt); the copy model (attention outputs zeroed) repeats the text of the rewrite prompt, as a "
+                 "trained model rewriting a text would")
+    notes.append("greedy answers " + ("equal plain decoding on every side" if not different else
+                                      "differ from plain llamaserve's on: " + ", ".join(different) +
+                                      " (random weights leave near-ties between the top two logits, which "
+                                      "the different batch shapes of verification can flip)"))
+    cost = draft_cost(target, draft, args.threads, args.idle_wait)
+    notes.append(f"draft cost: llama-bench tg32 {cost['target_tok_s']:.1f} tok/s for the target, "
+                 f"{cost['draft_tok_s']:.1f} for the draft: a draft token costs {cost['ratio']:.2f} of a target "
+                 "token, which bounds what a draft model can gain")
+    report = {"model": str(target), "copy_model": str(copy), "draft_model": str(draft), "draft_cost": cost,
+              "settings": {"threads": args.threads, "reps": args.reps, "n_gen": args.n_gen, "n_draft": N_DRAFT,
+                           "ngram_size": NGRAM_SIZE, "p_min": P_MIN, "n_ctx": N_CTX, "change_every": CHANGE_EVERY,
+                           "llama_server_flags": flags},
+              "summary": summary, "ratios": rat, "acceptance": acc, "targets": tgt, "notes": notes,
+              "rounds": [{k: v for k, v in r.items() if k != "tokens"} for r in rounds]}
+    show(report)
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1))
+    return report
+
+
+def _pct(x: float | None) -> str:
+    return f"{100 * x:.0f}%" if x is not None else "n/a"
+
+
+def show(report: dict) -> None:
+    print(f"\n{'workload':<16}{'side':<22}{'tok/s':>8}{'acceptance':>12}  same as plain  per-rep tok/s")
+    for key, by in report["summary"].items():
+        for side, s in by.items():
+            print(f"{key:<16}{side:<22}{s['tok_s']:8.1f}{_pct(s['acceptance']):>12}  "
+                  f"{str(s['same_tokens_as_plain']):<13}  {' '.join(f'{x:.1f}' for x in s['tok_s_all'])}")
+    print()
+    for key, value in report["ratios"].items():
+        print(f"  {key:<48} {value:.3f}" if value is not None else f"  {key:<48} n/a")
+    for t in report["targets"]:
+        value = f"{t['value']:.3f}" if t["value"] is not None else "n/a"
+        print(f"  target: {t['what']:<46} {value} (>= {t['target']}) {'met' if t['met'] else 'NOT met'}")
+    for n in report["notes"]:
+        print(f"  note: {n}")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    finally:
+        servers.stop_all()
