@@ -219,38 +219,3 @@ def test_shared_prefix_is_computed_once_and_answers_are_unchanged(tiny_model_pat
     # sharing every prompt is prefilled, with it the prefix once and then 2 tokens each
     assert n_alone >= 4 * len(prompts[0])
     assert n_shared <= len(prompts[0]) + 3 * 2 + 4 * 8, (n_shared, n_alone)
-
-
-def test_speculative_prompt_lookup_gives_the_plain_answers(tiny_model_path):
-    """Drafts verified in the batch change nothing in the output; they are really decoded."""
-    from llamaserve.speculative import PromptLookup
-
-    text = [1] + [100 + (i % 17) for i in range(120)]            # a repetitive prompt
-    prompts = [text, text[:60] + [5, 6, 7], [1, 900, 901, 902]]
-
-    def serve(spec):
-        engine = Engine(str(tiny_model_path), [], parallel=3, n_ctx=512, speculative=spec,
-                        context_kwargs={"n_threads": N_THREADS, "n_batch": 64, "n_ubatch": 64}).start()
-        out = {i: [] for i in range(len(prompts))}
-        ended = threading.Semaphore(0)
-
-        def emit_for(i):
-            def emit(event):
-                if isinstance(event, Token):
-                    out[i].append(event.id)
-                elif not isinstance(event, Started):
-                    ended.release()
-            return emit
-        try:
-            for i, p in enumerate(prompts):
-                engine.submit(GenRequest(p, GREEDY, 40, (), emit_for(i)))
-            for _ in prompts:
-                assert ended.acquire(timeout=60)
-            return out, engine.scheduler.drafted, engine.scheduler.accepted
-        finally:
-            engine.close()
-
-    plain, _, _ = serve(None)
-    spec, drafted, accepted = serve(PromptLookup(n_draft=6, ngram=2))
-    assert spec == plain and all(len(t) == 40 for t in spec.values())
-    assert drafted > 0 and 0 <= accepted <= drafted

@@ -1,4 +1,5 @@
-"""Speculative decoding with a draft model in the engine: the plain answers, drafts really decoded."""
+"""Speculative decoding in the engine, by prompt lookup or a draft model: the plain answers, drafts
+really decoded."""
 
 import threading
 
@@ -15,9 +16,9 @@ GREEDY = SamplingParams(temperature=0)
 PROMPTS = [[1] + [100 + (i % 17) for i in range(60)], [1, 900, 901, 902], [1, 5, 6, 7, 8, 9, 10]]
 
 
-def serve(model_path, spec, prompts=PROMPTS, n=40):
+def serve(model_path, spec, prompts=PROMPTS, n=40, n_ctx=256):
     """Greedy answers to `prompts`, submitted together, and the engine's (drafted, accepted) counts."""
-    engine = Engine(str(model_path), [], parallel=3, n_ctx=256, speculative=spec,
+    engine = Engine(str(model_path), [], parallel=3, n_ctx=n_ctx, speculative=spec,
                     context_kwargs={"n_threads": N_THREADS, "n_batch": 64, "n_ubatch": 64}).start()
     out = {i: [] for i in range(len(prompts))}
     ended = threading.Semaphore(0)
@@ -42,6 +43,18 @@ def serve(model_path, spec, prompts=PROMPTS, n=40):
 @pytest.fixture(scope="module")
 def plain(tiny_model_path):
     return serve(tiny_model_path, None)[0]
+
+
+def test_prompt_lookup_gives_the_plain_answers(tiny_model_path):
+    """Drafts verified in the batch change nothing in the output; they are really decoded."""
+    from llamaserve.speculative import PromptLookup
+
+    text = [1] + [100 + (i % 17) for i in range(120)]            # a repetitive prompt
+    prompts = [text, text[:60] + [5, 6, 7], [1, 900, 901, 902]]
+    plain, _, _ = serve(tiny_model_path, None, prompts, n_ctx=512)
+    spec, drafted, accepted = serve(tiny_model_path, PromptLookup(n_draft=6, ngram=2), prompts, n_ctx=512)
+    assert spec == plain and all(len(t) == 40 for t in spec.values())
+    assert drafted > 0 and 0 <= accepted <= drafted
 
 
 def test_the_model_itself_as_draft_is_always_right(tiny_model_path, plain):
