@@ -6,7 +6,6 @@ milliseconds and checks the plans themselves.
 
 from __future__ import annotations
 
-import pytest
 from isolation import run_python
 
 from llamacore.events import Failed, Finished, FinishReason, Token
