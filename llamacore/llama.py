@@ -28,6 +28,7 @@ from llamacore.completion import Completions
 from llamacore.embedding import Embeddings, sequences_per_decode
 from llamacore.llama_cache import BaseLlamaCache, longest_token_prefix
 from llamacore.llama_hub import download
+from llamacore.llama_speculative import draft_source
 from llamacore.llama_options import check_unsupported, context_options, is_vision_handler, numa_strategy, option_name
 from llamacore.llama_tokenizer import LlamaTokenizer
 from llamacore.llama_tokens import TokenLevel
@@ -114,7 +115,7 @@ class Llama(TokenLevel, Completions, ChatMethods, Embeddings):
         (`split_mode`, `pooling_type`, `attention_type`, `type_k`/`type_v`) take llama.cpp's values
         (llamacore.LLAMA_SPLIT_MODE_LAYER, GGML_TYPE_Q8_0, ...) or llamacore's names ("layer", "q8_0").
         RoPE scaling, YaRN (llama-cpp-python's values by default), `op_offload`, `swa_full` and `numa`
-        are passed to llama.cpp; `draft_model` and `lora_base` accept only None; an unknown keyword
+        are passed to llama.cpp; `lora_base` accepts only None; an unknown keyword
         is accepted with a warning that names it, as llama-cpp-python's `**kwargs` accepts it.
 
         `lora_adapters` ({path: scale}) loads several adapters (scale 0 = loaded, inactive; see
@@ -135,7 +136,7 @@ class Llama(TokenLevel, Completions, ChatMethods, Embeddings):
         if kwargs:
             _log.warning("Llama(): unknown keyword argument(s) %s accepted and ignored (llama-cpp-python's "
                          "Llama takes **kwargs)", ", ".join(sorted(kwargs)))
-        check_unsupported(draft_model=draft_model, lora_base=lora_base)
+        check_unsupported(lora_base=lora_base)
         split_name = option_name("split_mode", split_mode, lc.SPLIT_MODE_NAMES)
         pooling_name = option_name("pooling_type", pooling_type, lc.POOLING_TYPE_NAMES)
         attention_name = option_name("attention_type", attention_type, lc.ATTENTION_TYPE_NAMES)
@@ -198,6 +199,9 @@ class Llama(TokenLevel, Completions, ChatMethods, Embeddings):
         self.lora_path = lora_path
         self.spm_infill = spm_infill             # only shapes fill-in-the-middle prompts, which are refused
         self.draft_model = draft_model
+        self._drafter = draft_source(draft_model, self)
+        self.n_drafted = 0                       # draft tokens decoded, and how many of them were kept
+        self.n_accepted = 0
         self._adapters: dict[str, LoraAdapter] = {}
         self._scales: dict[str, float] = {}
         adapters = dict(lora_adapters or {})

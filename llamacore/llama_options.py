@@ -51,11 +51,8 @@ def context_options(*, rope_scaling_type: int | str | None, yarn_ext_factor: flo
             "swa_full": True if swa_full is None else swa_full}
 
 
-def check_unsupported(*, draft_model: Any, lora_base: Any) -> None:
+def check_unsupported(*, lora_base: Any) -> None:
     """Refuse (ValueError, naming the parameter) the llama-cpp-python options llamacore cannot honour."""
-    if draft_model is not None:
-        raise ValueError("draft_model (speculative decoding in Llama) is not supported yet; leave it None "
-                         "(llamaserve drafts with a model or prompt lookup: its speculative config key)")
     if lora_base is not None:
         raise ValueError("lora_base is not supported: llama.cpp applies LoRA adapters to the loaded weights and "
                          "takes no separate base model (llama-cpp-python ignores it); leave it None")

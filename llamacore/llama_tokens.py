@@ -41,6 +41,9 @@ class TokenLevel:
         logits_all: bool
         cache: BaseLlamaCache | None
         seed: int | None
+        _drafter: Any
+        n_drafted: int
+        n_accepted: int
 
         @property
         def ctx(self) -> Context: ...
@@ -252,26 +255,66 @@ class TokenLevel:
         The caller may stop iterating at any time; the cache then holds the prompt plus every
         token that was decoded. A `logits_processor` sees the tokens so far and the logits before
         each token is sampled, and what it returns is sampled from (llamacore.processors).
+
+        With a `draft_model`, each step decodes the sampled token and the draft after it in one
+        batch, then samples the logits after each in turn while they agree with the draft: the
+        tokens are those of plain decoding (no drafts with a logits processor or logits_all).
         """
         sampler = sampling.build(self.model)
         self._eval(tokens)
         ctx, batch, model, n_ctx = self.ctx, self._batch, self.model, self.ctx.n_ctx
         scores = self.scores if self.logits_all else None
-        pos = len(tokens)
-        for _ in range(max_tokens):
+        drafter = self._drafter if logits_processor is None and scores is None else None
+
+        def stops(token: int) -> bool:
+            return (not ignore_eos and model.is_eog(token)) or len(self._cached) >= n_ctx
+
+        produced, row = 0, -1                   # row: the batch output the next token is sampled from
+        while produced < max_tokens:
             if logits_processor is not None:
                 apply_processor(logits_processor, self._cached, ctx.logits(-1))
-            token = sampler.sample(ctx)
+            token = sampler.sample(ctx, row)
+            produced += 1
             yield token
-            if (not ignore_eos and model.is_eog(token)) or pos >= n_ctx:
+            if stops(token):
                 return
+            pos = len(self._cached)
+            draft = self._draft(drafter, token, min(max_tokens - produced, n_ctx - pos - 1, ctx.n_batch - 1))
             batch.clear()
-            batch.add(token, pos, 0, True)
+            batch.add_sequence([token, *draft], pos, 0, logits_last=True, logits_all=bool(draft))
             ctx.decode(batch)
             self._cached.append(token)
             if scores is not None:
                 scores[pos] = ctx.logits(-1)
-            pos += 1
+            row = len(draft) if draft else -1
+            for k, guess in enumerate(draft):  # the logits after the token, then after each draft in turn
+                sampled = sampler.sample(ctx, k)
+                produced += 1
+                yield sampled
+                if sampled == guess and not stops(sampled):
+                    self._cached.append(guess)  # its KV is in place
+                    continue
+                ctx.kv_remove(0, len(self._cached), -1)     # the drafts from here on were not confirmed
+                self.n_accepted += k
+                if stops(sampled):
+                    return
+                batch.clear()                   # the token sampled instead is decoded on its own
+                batch.add(sampled, len(self._cached), 0, True)
+                ctx.decode(batch)
+                self._cached.append(sampled)
+                row = -1
+                break
+            else:
+                self.n_accepted += len(draft)
+
+    def _draft(self, drafter: Any, token: int, room: int) -> list[int]:
+        """Draft tokens after the cached ones and `token` (up to `room`), counted in n_drafted."""
+        if drafter is None or room <= 0 or any(t < 0 for t in self._cached):
+            return []
+        proposal = drafter(np.asarray([*self._cached, token], dtype=np.intc))
+        draft = [int(t) for t in proposal[:room] if 0 <= int(t) < self.model.n_vocab]
+        self.n_drafted += len(draft)
+        return draft
 
     def _refresh_logits(self) -> None:
         """Make the last token's logits current: a loaded state holds none, so decode it again."""

@@ -134,8 +134,13 @@ def write_model(
     spec: TinyModelSpec = TinyModelSpec(),
     *,
     vocab_path: str | os.PathLike[str] | None = None,
+    memoryless: bool = False,
 ) -> Path:
-    """Write a random-weight llama model GGUF for ``spec`` to ``path`` and return the path."""
+    """Write a random-weight llama model GGUF for ``spec`` to ``path`` and return the path.
+
+    ``memoryless`` zeroes the attention output weights: each next token then depends on the last
+    token only, so greedy text runs around a cycle and repeats itself (prompt lookup drafts it).
+    """
     path = Path(path)
     vocab = _load_vocab(Path(vocab_path or DEFAULT_VOCAB_PATH).resolve())
     n_vocab = len(next(v for k, v, _, _ in vocab if k == gguf.Keys.Tokenizer.LIST))
@@ -178,7 +183,7 @@ def write_model(
         norm(f"blk.{i}.attn_norm.weight")
         norm(f"blk.{i}.ffn_norm.weight")
         for t, (n_out, n_in) in spec.block_weight_shapes().items():
-            matrix(f"blk.{i}.{t}.weight", (n_out, n_in), n_in**-0.5)
+            matrix(f"blk.{i}.{t}.weight", (n_out, n_in), 0.0 if memoryless and t == "attn_output" else n_in**-0.5)
     norm("output_norm.weight")
     matrix("output.weight", (n_vocab, spec.n_embd), OUTPUT_GAIN * spec.n_embd**-0.5)
     _write(w)

@@ -1,0 +1,95 @@
+"""Draft tokens for `Llama(draft_model=...)`: speculative decoding in the high-level API.
+
+llama-cpp-python's names: `LlamaDraftModel` (a callable from the tokens so far to draft tokens)
+and `LlamaPromptLookupDecoding` (drafts by prompt lookup). A `Llama` given as `draft_model` drafts
+greedily with that (small) model, in its own context. `Llama` decodes the next token and the
+drafts in one batch and keeps the drafts its own sampler picks in turn, so its output is what
+plain decoding gives; `Llama.n_drafted` / `n_accepted` count them.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from llamacore.llama import Llama
+
+__all__ = ["LlamaDraftModel", "LlamaModelDraft", "LlamaPromptLookupDecoding", "draft_source"]
+
+
+class LlamaDraftModel(abc.ABC):
+    """Proposes tokens to follow `input_ids` (llama-cpp-python's interface)."""
+
+    @abc.abstractmethod
+    def __call__(self, input_ids: npt.NDArray[np.intc], /, **kwargs: Any) -> npt.NDArray[np.intc]:
+        ...
+
+
+class LlamaPromptLookupDecoding(LlamaDraftModel):
+    """The tokens that followed the latest earlier occurrence of the context's last n-gram (n from
+    `max_ngram_size` down to 1): drafts for text that repeats its context, with no model."""
+
+    def __init__(self, max_ngram_size: int = 2, num_pred_tokens: int = 10) -> None:
+        if max_ngram_size < 1 or num_pred_tokens < 1:
+            raise ValueError("max_ngram_size and num_pred_tokens must be at least 1")
+        self.max_ngram_size = max_ngram_size
+        self.num_pred_tokens = num_pred_tokens
+
+    def __call__(self, input_ids: npt.NDArray[np.intc], /, **kwargs: Any) -> npt.NDArray[np.intc]:
+        ids = np.asarray(input_ids, dtype=np.intc)
+        for n in range(min(self.max_ngram_size, len(ids) - 1), 0, -1):
+            tail = ids[-n:]
+            windows = np.lib.stride_tricks.sliding_window_view(ids[:-1], n)
+            found = np.flatnonzero((windows == tail).all(axis=1))
+            if len(found):
+                start = int(found[-1]) + n
+                return ids[start:start + self.num_pred_tokens].copy()
+        return np.empty(0, dtype=np.intc)
+
+
+class LlamaModelDraft(LlamaDraftModel):
+    """Greedy drafts from a small `Llama` of the same vocabulary (its context keeps the prefix)."""
+
+    def __init__(self, llama: Llama, num_pred_tokens: int = 8) -> None:
+        self.llama = llama
+        self.num_pred_tokens = num_pred_tokens
+
+    def __call__(self, input_ids: npt.NDArray[np.intc], /, **kwargs: Any) -> npt.NDArray[np.intc]:
+        llm = self.llama
+        ids = [int(t) for t in input_ids]
+        room = llm.ctx.n_ctx - len(ids) - 1
+        if room <= 0:
+            return np.empty(0, dtype=np.intc)
+        out = []
+        llm._eval(ids)
+        for _ in range(min(self.num_pred_tokens, room)):
+            token = int(np.argmax(llm.ctx.logits(-1)))
+            if llm.model.is_eog(token):
+                break
+            out.append(token)
+            llm._append([token])
+        return np.asarray(out, dtype=np.intc)
+
+
+def draft_source(draft_model: Any, target: Llama) -> LlamaDraftModel | None:
+    """`Llama(draft_model=...)` as a LlamaDraftModel: one already, or a Llama (checked: the same
+    vocabulary size and special tokens as `target`)."""
+    from llamacore.llama import Llama
+
+    if draft_model is None or isinstance(draft_model, LlamaDraftModel):
+        return draft_model
+    if isinstance(draft_model, Llama):
+        for what, mine, theirs in (("vocabulary size", draft_model.n_vocab(), target.n_vocab()),
+                                   ("BOS token", draft_model.token_bos(), target.token_bos()),
+                                   ("EOS token", draft_model.token_eos(), target.token_eos())):
+            if mine != theirs:
+                raise ValueError(f"draft_model does not match this model: its {what} is {mine}, this model's is "
+                                 f"{theirs}")
+        return LlamaModelDraft(draft_model)
+    if callable(draft_model):
+        return draft_model
+    raise ValueError("draft_model must be a LlamaDraftModel (e.g. LlamaPromptLookupDecoding()) or a Llama")
