@@ -202,6 +202,9 @@ class Llama(TokenLevel, Completions, ChatMethods, Embeddings):
         self._drafter = draft_source(draft_model, self)
         self.n_drafted = 0                       # draft tokens decoded, and how many of them were kept
         self.n_accepted = 0
+        self._draft_misses = 0                   # drafts in a row refused from their first token
+        self._draft_rest = 0                     # steps left without drafting (after such misses)
+        self._draft_len = 2                      # the longest draft now: doubles while drafts are right
         self._adapters: dict[str, LoraAdapter] = {}
         self._scales: dict[str, float] = {}
         adapters = dict(lora_adapters or {})

@@ -31,24 +31,39 @@ class LlamaDraftModel(abc.ABC):
 
 class LlamaPromptLookupDecoding(LlamaDraftModel):
     """The tokens that followed the latest earlier occurrence of the context's last n-gram (n from
-    `max_ngram_size` down to 1): drafts for text that repeats its context, with no model."""
+    `max_ngram_size` down to 1): drafts for text that repeats its context, with no model.
+
+    It keeps an index of the n-grams of the context it saw last, so a call on that context plus a
+    few tokens costs a few dict updates and lookups rather than a scan.
+    """
 
     def __init__(self, max_ngram_size: int = 2, num_pred_tokens: int = 10) -> None:
         if max_ngram_size < 1 or num_pred_tokens < 1:
             raise ValueError("max_ngram_size and num_pred_tokens must be at least 1")
         self.max_ngram_size = max_ngram_size
         self.num_pred_tokens = num_pred_tokens
+        self._tokens: list[int] = []
+        self._after: dict[tuple[int, ...], int] = {}    # n-gram -> where the tokens after its latest occurrence start
 
     def __call__(self, input_ids: npt.NDArray[np.intc], /, **kwargs: Any) -> npt.NDArray[np.intc]:
-        ids = np.asarray(input_ids, dtype=np.intc)
+        ids = [int(t) for t in input_ids]
+        self._sync(ids)
         for n in range(min(self.max_ngram_size, len(ids) - 1), 0, -1):
-            tail = ids[-n:]
-            windows = np.lib.stride_tricks.sliding_window_view(ids[:-1], n)
-            found = np.flatnonzero((windows == tail).all(axis=1))
-            if len(found):
-                start = int(found[-1]) + n
-                return ids[start:start + self.num_pred_tokens].copy()
+            start = self._after.get(tuple(ids[-n:]))
+            if start is not None:
+                return np.asarray(ids[start:start + self.num_pred_tokens], dtype=np.intc)
         return np.empty(0, dtype=np.intc)
+
+    def _sync(self, ids: list[int]) -> None:
+        """Index every n-gram of `ids` that has a token after it (incrementally, when `ids` extends
+        the previous context)."""
+        known = len(self._tokens)
+        if len(ids) < known or ids[:known] != self._tokens:
+            self._tokens, self._after, known = [], {}, 0
+        for p in range(max(known, 1), len(ids)):          # the n-grams that end just before token p
+            for n in range(1, min(self.max_ngram_size, p) + 1):
+                self._after[tuple(ids[p - n:p])] = p
+        self._tokens = ids
 
 
 class LlamaModelDraft(LlamaDraftModel):

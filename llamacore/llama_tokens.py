@@ -42,6 +42,9 @@ class TokenLevel:
         cache: BaseLlamaCache | None
         seed: int | None
         _drafter: Any
+        _draft_rest: int
+        _draft_misses: int
+        _draft_len: int
         n_drafted: int
         n_accepted: int
 
@@ -296,6 +299,9 @@ class TokenLevel:
                     continue
                 ctx.kv_remove(0, len(self._cached), -1)     # the drafts from here on were not confirmed
                 self.n_accepted += k
+                self._draft_misses = self._draft_misses + 1 if k == 0 else 0
+                self._draft_rest = min(64, 2 ** self._draft_misses) if k == 0 else 0
+                self._draft_len = k + 1         # drafts as long as what was right, plus one
                 if stops(sampled):
                     return
                 batch.clear()                   # the token sampled instead is decoded on its own
@@ -306,11 +312,19 @@ class TokenLevel:
                 break
             else:
                 self.n_accepted += len(draft)
+                self._draft_misses = 0
+                if draft:
+                    self._draft_len = min(64, 2 * self._draft_len)     # all right: draft further
 
     def _draft(self, drafter: Any, token: int, room: int) -> list[int]:
-        """Draft tokens after the cached ones and `token` (up to `room`), counted in n_drafted."""
+        """Draft tokens after the cached ones and `token` (up to `room`), counted in n_drafted; none
+        while resting after drafts that were all refused (each refused draft costs a batch row)."""
         if drafter is None or room <= 0 or any(t < 0 for t in self._cached):
             return []
+        if self._draft_rest > 0:
+            self._draft_rest -= 1
+            return []
+        room = min(room, self._draft_len)
         proposal = drafter(np.asarray([*self._cached, token], dtype=np.intc))
         draft = [int(t) for t in proposal[:room] if 0 <= int(t) < self.model.n_vocab]
         self.n_drafted += len(draft)
