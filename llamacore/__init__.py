@@ -35,6 +35,12 @@ __all__ = [
     "LlamaState", "BaseLlamaTokenizer", "LlamaTokenizer",
 ]
 
+# llama-cpp-python's llama_types names, at the top level as its `from .llama_types import *` puts them
+from llamacore.llama_types import __all__ as _TYPES
+
+_EXPORTS.update({name: "llama_types" for name in _TYPES if name not in _EXPORTS})
+__all__.extend(name for name in _TYPES if name not in __all__)
+
 # llama.cpp's integer constants that Llama(...) takes (LLAMA_SPLIT_MODE_LAYER, GGML_TYPE_Q8_0, ...), as
 # llama-cpp-python exposes them; a pure-Python module, so this loads nothing native.
 from llamacore.llama_constants import __all__ as _CONSTANTS

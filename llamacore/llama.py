@@ -182,6 +182,8 @@ class Llama(TokenLevel, Completions, ChatMethods, Embeddings):
                               yarn_beta_slow=yarn_beta_slow, yarn_orig_ctx=yarn_orig_ctx, op_offload=op_offload,
                               swa_full=swa_full),
         )
+        self._is_recurrent = self.model.is_recurrent        # llama-cpp-python's names for the model's kind
+        self._is_hybrid = self.model.is_hybrid
         self.n_batch = self.ctx.n_batch
         self.n_threads = self.ctx.n_threads
         self.n_threads_batch = self.ctx.n_threads_batch

@@ -45,6 +45,20 @@ class LlamaPromptLookupDecoding(LlamaDraftModel):
         self._tokens: list[int] = []
         self._after: dict[tuple[int, ...], int] = {}    # n-gram -> where the tokens after its latest occurrence start
 
+    @staticmethod
+    def find_candidate_pred_tokens(input_ids: npt.NDArray[np.intc], max_ngram_size: int,
+                                   num_pred_tokens: int) -> npt.NDArray[np.intc]:
+        """llama-cpp-python's stateless lookup: after the *earliest* occurrence of the longest
+        matching n-gram that has tokens after it (calls use the latest occurrence, which predicts
+        recent text better; the tokens decoded are the same either way)."""
+        ids = np.asarray(input_ids, dtype=np.intc)
+        for n in range(min(max_ngram_size, len(ids) - 1), 0, -1):
+            windows = np.lib.stride_tricks.sliding_window_view(ids, n)
+            for start in np.flatnonzero((windows == ids[-n:]).all(axis=1)) + n:
+                if start < len(ids):
+                    return ids[start:start + num_pred_tokens]
+        return np.array([], dtype=np.intc)
+
     def __call__(self, input_ids: npt.NDArray[np.intc], /, **kwargs: Any) -> npt.NDArray[np.intc]:
         ids = [int(t) for t in input_ids]
         self._sync(ids)

@@ -1,10 +1,39 @@
 """OpenAI's completion, chat, chunk and embedding shapes as TypedDicts, under the names of
 llama-cpp-python's `llama_types` (so code typed against it type-checks here); llamacore.responses
-builds them."""
+builds them. The request shapes (llamacore.llama_request_types) are re-exported here, as
+llama-cpp-python's module holds both."""
 
 from __future__ import annotations
 
 from typing import Any, Literal, NotRequired, Optional, Required, TypedDict
+
+from llamacore.llama_request_types import (  # lcp's llama_types holds the request shapes too
+    ChatCompletionFunction,
+    ChatCompletionFunctionCallOption,
+    ChatCompletionFunctionParameters,
+    ChatCompletionFunctions,
+    ChatCompletionMessageToolCallFunction,
+    ChatCompletionNamedToolChoice,
+    ChatCompletionNamedToolChoiceFunction,
+    ChatCompletionRequestAssistantMessage,
+    ChatCompletionRequestAssistantMessageFunctionCall,
+    ChatCompletionRequestFunctionCall,
+    ChatCompletionRequestFunctionCallOption,
+    ChatCompletionRequestFunctionMessage,
+    ChatCompletionRequestMessage,
+    ChatCompletionRequestMessageContentPart,
+    ChatCompletionRequestMessageContentPartImage,
+    ChatCompletionRequestMessageContentPartImageImageUrl,
+    ChatCompletionRequestMessageContentPartText,
+    ChatCompletionRequestResponseFormat,
+    ChatCompletionRequestSystemMessage,
+    ChatCompletionRequestToolMessage,
+    ChatCompletionRequestUserMessage,
+    ChatCompletionTool,
+    ChatCompletionToolChoiceOption,
+    ChatCompletionToolFunction,
+    JsonType,
+)
 
 
 class PromptTokensDetails(TypedDict):
@@ -143,7 +172,61 @@ class CreateEmbeddingResponse(TypedDict):
     usage: EmbeddingUsage
 
 
+class ChatCompletionResponseFunctionCall(TypedDict):
+    name: str
+    arguments: str
+
+
+class ChatCompletionMessageToolCallChunkFunction(TypedDict):
+    name: Optional[str]
+    arguments: str
+
+
+class ChatCompletionStreamResponseDeltaEmpty(TypedDict):
+    pass
+
+
+class ChatCompletionStreamResponseDeltaFunctionCall(TypedDict):
+    name: str
+    arguments: str
+
+
+ChatCompletionMessageToolCalls = list[ChatCompletionMessageToolCall]
+
+# llama-cpp-python's other names for the same shapes
+EmbeddingData = Embedding
+CompletionChunk = CreateCompletionResponse
+Completion = CreateCompletionResponse
+ChatCompletionMessage = ChatCompletionResponseMessage
+ChatCompletionChoice = ChatCompletionResponseChoice
+ChatCompletion = CreateChatCompletionResponse
+ChatCompletionChunkDeltaEmpty = ChatCompletionStreamResponseDeltaEmpty
+ChatCompletionChunkChoice = ChatCompletionStreamResponseChoice
+ChatCompletionChunkDelta = ChatCompletionStreamResponseDelta
+ChatCompletionChunk = CreateChatCompletionStreamResponse
+ChatCompletionStreamResponse = CreateChatCompletionStreamResponse
+ChatCompletionResponseFunction = ChatCompletionFunction
+ChatCompletionFunctionCall = ChatCompletionResponseFunctionCall
+
+
 __all__ = [
+        "ChatCompletionFunction", "ChatCompletionFunctionCallOption", "ChatCompletionFunctionParameters",
+    "ChatCompletionFunctions", "ChatCompletionMessageToolCallFunction", "ChatCompletionNamedToolChoice",
+    "ChatCompletionNamedToolChoiceFunction", "ChatCompletionRequestAssistantMessage",
+    "ChatCompletionRequestAssistantMessageFunctionCall", "ChatCompletionRequestFunctionCall",
+    "ChatCompletionRequestFunctionCallOption", "ChatCompletionRequestFunctionMessage",
+    "ChatCompletionRequestMessage", "ChatCompletionRequestMessageContentPart",
+    "ChatCompletionRequestMessageContentPartImage",
+    "ChatCompletionRequestMessageContentPartImageImageUrl", "ChatCompletionRequestMessageContentPartText",
+    "ChatCompletionRequestResponseFormat", "ChatCompletionRequestSystemMessage",
+    "ChatCompletionRequestToolMessage", "ChatCompletionRequestUserMessage", "ChatCompletionTool",
+    "ChatCompletionToolChoiceOption", "ChatCompletionToolFunction", "JsonType",
+    "ChatCompletionResponseFunctionCall", "ChatCompletionMessageToolCallChunkFunction",
+    "ChatCompletionStreamResponseDeltaEmpty", "ChatCompletionStreamResponseDeltaFunctionCall",
+    "ChatCompletionMessageToolCalls", "EmbeddingData", "CompletionChunk", "Completion", "ChatCompletionMessage",
+    "ChatCompletionChoice", "ChatCompletion", "ChatCompletionChunkDeltaEmpty", "ChatCompletionChunkChoice",
+    "ChatCompletionChunkDelta", "ChatCompletionChunk", "ChatCompletionStreamResponse",
+    "ChatCompletionResponseFunction", "ChatCompletionFunctionCall",
     "ChatCompletionLogprobToken",
     "ChatCompletionLogprobs",
     "ChatCompletionMessageToolCall",

@@ -185,6 +185,10 @@ cdef class Model:
     def has_decoder(self): return llama.llama_model_has_decoder(self.ptr)
     @property
     def is_recurrent(self): return llama.llama_model_is_recurrent(self.ptr)
+    @property
+    def is_hybrid(self):
+        """Attention layers mixed with recurrent ones (Jamba, Falcon-H1, ...)."""
+        return llama.llama_model_is_hybrid(self.ptr)
 
     def chat_template(self, name=None):
         """The GGUF's chat template (`tokenizer.chat_template[.name]`), or None."""

@@ -232,6 +232,7 @@ cdef extern from "llama.h" nogil:
     bint llama_model_has_encoder(const llama_model * model)
     bint llama_model_has_decoder(const llama_model * model)
     bint llama_model_is_recurrent(const llama_model * model)
+    bint llama_model_is_hybrid(const llama_model * model)
 
     llama_adapter_lora * llama_adapter_lora_init(llama_model * model, const char * path_lora)
     int32_t llama_adapter_meta_val_str(const llama_adapter_lora * adapter, const char * key, char * buf, size_t buf_size)
