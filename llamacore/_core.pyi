@@ -9,6 +9,8 @@ import numpy.typing as npt
 from typing_extensions import disjoint_base
 
 POOLING_TYPES: dict[str, int]
+ROPE_SCALING_TYPES: dict[str, int]
+DEFAULT_EXTRA_BUFTS: bool
 
 def set_verbose(verbose: bool) -> None: ...
 def system_info() -> str: ...
@@ -210,6 +212,7 @@ class Sampler:
     def seed(self) -> int: ...
 
 
+@disjoint_base
 class Image:
     id: str
     @staticmethod
@@ -219,12 +222,14 @@ class Image:
     @property
     def height(self) -> int: ...
 
+@disjoint_base
 class ImageChunk:
     id: str
     n_tokens: int
     n_pos: int
     non_causal: bool
 
+@disjoint_base
 class Projector:
     model: Model
     path: str
