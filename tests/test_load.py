@@ -74,8 +74,8 @@ def test_load_with_evictions_and_disconnects(load_server, record_property):
     if kill_every:
         assert len(killer.kills) >= 2, figures           # one per 50 requests a model ran
         assert scenario.metric_sum(after, "llamaserve_worker_crashes_total") >= len(killer.kills), figures
-    # with process isolation the server process holds no model: its memory must stay flat. With a
-    # worker SIGKILLed every 50 requests the sampled RSS wanders by up to ~5 MiB either way between
-    # hundreds (Python's and glibc's allocators; no trend: see the soak), so that variant gets 10%
-    assert growth < (0.05 if load_server.isolation == "process" and not kill_every else 0.10), figures
+    # with process isolation the server process holds no model: its memory must stay flat, a worker
+    # SIGKILLed every 50 requests included (its sampled RSS wanders by a MiB or two between hundreds,
+    # with no trend: four runs here gave -2.6% to 0.0%). In thread mode the models live in the server.
+    assert growth < (0.05 if load_server.isolation == "process" else 0.10), figures
     assert "Traceback" not in load_server.log(), load_server.log()
