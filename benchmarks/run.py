@@ -38,6 +38,7 @@ import bench_prefix
 import bench_rpc
 import bench_server
 import bench_speculative
+import speculative_models
 import bench_vision
 import machine
 import report
@@ -173,7 +174,7 @@ def prepare(m: dict, cases: list[str]) -> None:
     if "server" in cases:
         ensure_loras(m["server_model"])
     if "speculative" in cases:
-        bench_speculative.prepare(m["spec_model"])
+        speculative_models.prepare(m["spec_model"])
     if "vision" in cases:
         ensure_tool("llama-mtmd-cli")
         ensure_model(m["server_model"])

@@ -22,26 +22,27 @@ import numpy.typing as npt
 
 from llamacore import chat
 from llamacore import llama_constants as lc
-from llamacore._core import Batch, Context, LoraAdapter, Model, Projector, set_verbose
+from llamacore._core import Batch, Context, LoraAdapter, Model, set_verbose
 from llamacore.chat import ChatMethods
 from llamacore.completion import Completions
 from llamacore.embedding import Embeddings, sequences_per_decode
-from llamacore.llama_cache import BaseLlamaCache, longest_token_prefix
+from llamacore.llama_cache import BaseLlamaCache, CacheAndState, longest_token_prefix
 from llamacore.llama_hub import download
 from llamacore.llama_speculative import draft_source
 from llamacore.llama_options import check_unsupported, context_options, is_vision_handler, numa_strategy, option_name
 from llamacore.llama_tokenizer import LlamaTokenizer
 from llamacore.llama_tokens import TokenLevel
 from llamacore.media import MediaPolicy
+from llamacore.multimodal import load_projector
 from llamacore.prefix import AdapterKey, adapter_key
 
 _log = logging.getLogger(__name__)
 
-class Llama(TokenLevel, Completions, ChatMethods, Embeddings):
+class Llama(TokenLevel, CacheAndState, Completions, ChatMethods, Embeddings):
     """Load a GGUF model (plus any LoRA adapters) and run completions, chat and embeddings.
 
     Its parts by concept: TokenLevel (llamacore.llama_tokens: the context's tokens, eval/sample/
-    generate, states and the cache), Completions (llamacore.completion), ChatMethods
+    generate), CacheAndState (llamacore.llama_cache: states and the prompt cache), Completions (llamacore.completion), ChatMethods
     (llamacore.chat), Embeddings (llamacore.embedding).
     """
 
@@ -223,9 +224,7 @@ class Llama(TokenLevel, Completions, ChatMethods, Embeddings):
         handler_template = getattr(chat_handler, "chat_template", None) if vision_handler else None
         self.chat_template = chat.resolve(self.model, chat_format, chat_template or handler_template)
         clip_model_path = clip_model_path or (getattr(chat_handler, "clip_model_path", None) if vision_handler else None)
-        self.projector = Projector(self.model, clip_model_path, n_threads=n_threads) if clip_model_path else None
-        if self.projector is not None and self.projector.uses_mrope:
-            raise ValueError(f"{clip_model_path}: projectors with M-RoPE image positions (Qwen-VL) are not supported yet")
+        self.projector = load_projector(self.model, clip_model_path, n_threads) if clip_model_path else None
         self.media_policy = media_policy or MediaPolicy()
         self._embd_batch: Batch | None = None
 

@@ -15,7 +15,6 @@ import numpy as np
 import numpy.typing as npt
 
 from llamacore._core import Batch
-from llamacore.llama_cache import BaseLlamaCache, LlamaState, capture_state, longest_token_prefix, restore_state
 from llamacore.llama_grammar import LlamaGrammar
 from llamacore.multimodal import MediaTokens, decode_image, image_boundary, images_of
 from llamacore.prefix import AdapterKey, reusable_prefix
@@ -39,8 +38,6 @@ class TokenLevel:
         _scores: npt.NDArray[np.single] | None
         projector: Projector | None
         logits_all: bool
-        cache: BaseLlamaCache | None
-        seed: int | None
         _drafter: Any
         _draft_rest: int
         _draft_misses: int
@@ -96,61 +93,6 @@ class TokenLevel:
     @property
     def eval_logits(self) -> deque[list[float]]:
         return deque(self.scores[:self.n_tokens, :].tolist(), maxlen=self.ctx.n_ctx if self.logits_all else 1)
-
-    # -- state -------------------------------------------------------------------------------
-
-    def reset(self) -> None:
-        """Forget the cached prompt (the next call evaluates from scratch)."""
-        self.ctx.kv_clear()
-        self._cached = []
-
-    def set_seed(self, seed: int) -> None:
-        """The seed of the sampling that sets none itself (as the constructor's `seed`; -1 or
-        LLAMA_DEFAULT_SEED = a random one)."""
-        self.seed = seed
-
-    def set_cache(self, cache: BaseLlamaCache | None) -> None:
-        """A prompt cache (llamacore.llama_cache.LlamaRAMCache or LlamaDiskCache), None for none: each
-        completion first loads the cached state sharing more of its prompt than the context does,
-        and stores its final state in the cache."""
-        self.cache = cache
-
-    def save_state(self) -> LlamaState:
-        """The context's state and the tokens it holds (with `logits_all`, every token's logits row)."""
-        state = capture_state(self)
-        if self.logits_all and self._scores is not None:
-            state.scores = self._scores[:state.n_tokens].copy()
-        return state
-
-    def load_state(self, state: LlamaState | dict[str, Any]) -> None:
-        """Restore a `save_state()` (or the dict form older llamacore versions returned)."""
-        restore_state(self, state)
-        scores = getattr(state, "scores", None)
-        if self.logits_all and scores is not None and 0 < len(scores) == self.n_tokens:
-            self.scores[:self.n_tokens] = scores
-
-    def _cache_lookup(self, tokens: list[int]) -> None:
-        """Before a completion: load the cached state that shares more of `tokens` than the context does
-        (only one computed with the adapters active now)."""
-        if self.cache is None or isinstance(tokens, MediaTokens):
-            return
-        try:
-            item = self.cache[tokens]
-        except KeyError:
-            return
-        key = self._adapter_key()
-        if tuple(getattr(item, "adapter_key", ())) != key:
-            return
-        held = item.input_ids[:item.n_tokens].tolist()
-        own = longest_token_prefix(self._cached, tokens) if self._cache_key == key else 0
-        if longest_token_prefix(held, tokens) > own:
-            self.load_state(item)
-
-    def _cache_save(self) -> None:
-        """After a completion: store the context's state in the cache, under the tokens it holds (not
-        for prompts with images: their rows are placeholder ids, negative)."""
-        if self.cache is not None and self._cached and min(self._cached) >= 0:
-            self.cache[list(self._cached)] = self.save_state()
 
     # -- evaluation (llama-cpp-python's token-level API) -------------------------------------
 
@@ -267,7 +209,8 @@ class TokenLevel:
         self._eval(tokens)
         ctx, batch, model, n_ctx = self.ctx, self._batch, self.model, self.ctx.n_ctx
         scores = self.scores if self.logits_all else None
-        drafter = self._drafter if logits_processor is None and scores is None else None
+        # no drafts with per-token hooks on the logits, or for image prompts (their rows are no token ids)
+        drafter = self._drafter if logits_processor is None and scores is None and not images_of(tokens) else None
 
         def stops(token: int) -> bool:
             return (not ignore_eos and model.is_eog(token)) or len(self._cached) >= n_ctx
@@ -319,7 +262,7 @@ class TokenLevel:
     def _draft(self, drafter: Any, token: int, room: int) -> list[int]:
         """Draft tokens after the cached ones and `token` (up to `room`), counted in n_drafted; none
         while resting after drafts that were all refused (each refused draft costs a batch row)."""
-        if drafter is None or room <= 0 or any(t < 0 for t in self._cached):
+        if drafter is None or room <= 0:
             return []
         if self._draft_rest > 0:
             self._draft_rest -= 1

@@ -13,6 +13,7 @@ user text is at worst a count mismatch, never an image.
 
 from __future__ import annotations
 
+import os
 import secrets
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +22,7 @@ from llamacore.media import MediaError, MediaPolicy, load_image
 if TYPE_CHECKING:
     from llamacore._core import Batch, Context, Image, ImageChunk, Model, Projector
 
-__all__ = ["MEDIA_MARKER", "MediaTokens", "decode_image", "image_boundary", "load_images", "placeholder",
+__all__ = ["MEDIA_MARKER", "MediaTokens", "decode_image", "image_boundary", "load_images", "load_projector", "placeholder",
            "tokenize_with_images"]
 
 MEDIA_MARKER = f"<__media_{secrets.token_hex(8)}__>"
@@ -60,6 +61,17 @@ def image_boundary(tokens: list[int], n: int) -> int:
     if 0 < n < len(tokens) and tokens[n] < 0:
         return n - _row(tokens[n])
     return n
+
+
+def load_projector(model: Model, path: str | os.PathLike[str], n_threads: int | None = None) -> Projector:
+    """The projector at `path` for `model`; ValueError for one whose images take M-RoPE positions (Qwen-VL):
+    prompts here place every position one after another."""
+    from llamacore._core import Projector
+
+    projector = Projector(model, path, n_threads=n_threads)
+    if projector.uses_mrope:
+        raise ValueError(f"{path}: projectors with M-RoPE image positions (Qwen-VL) are not supported yet")
+    return projector
 
 
 def load_images(projector: Projector, urls: list[str], policy: MediaPolicy) -> list[Image]:

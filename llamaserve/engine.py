@@ -29,10 +29,10 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-from llamacore import Batch, Context, LoraAdapter, Model, Projector, Sampler
+from llamacore import Batch, Context, LoraAdapter, Model, Sampler
 from llamacore.events import Failed, Finished, Progress, Started
 from llamacore.logprobs import TokenLogprob
-from llamacore.multimodal import decode_image
+from llamacore.multimodal import decode_image, load_projector
 from llamacore.prefix import AdapterKey
 from llamaserve.errors import EngineClosedError, QueueFullError
 from llamaserve.scheduler import Emitted, GenRequest, Sampled, Scheduler, StepPlan
@@ -58,7 +58,7 @@ class Engine:
         self.ctx = Context(self.model, n_ctx=n_ctx * parallel, n_seq_max=parallel, kv_unified=kv_unified,
                            **(context_kwargs or {}))
         self.n_ctx_seq = min(n_ctx, self.ctx.n_ctx_seq)     # tokens one sequence may hold
-        self.projector = self._load_projector(projector_path) if projector_path else None
+        self.projector = load_projector(self.model, projector_path, self.ctx.n_threads_batch) if projector_path else None
         self._image_batch = Batch(self.ctx.n_batch, embd=self.projector.n_embd) if self.projector else None
         self.max_queue = max_queue
         self.seed = seed                                     # sampling seed of requests that set none
@@ -82,12 +82,6 @@ class Engine:
         self.on_step: Callable[[], None] | None = None
         self.n_decode = 0                    # llama_decode calls, and the sequences they carried in all
         self.n_busy = 0
-
-    def _load_projector(self, path: str) -> Projector:
-        projector = Projector(self.model, path, n_threads=self.ctx.n_threads_batch)
-        if projector.uses_mrope:
-            raise ValueError(f"{path}: projectors with M-RoPE image positions (Qwen-VL) are not supported yet")
-        return projector
 
     def start(self) -> Engine:
         """Start the worker thread (once); returns the engine."""

@@ -66,30 +66,17 @@ cdef class Context:
         self._free_pools()
 
     cdef int _attach_pools(self) except -1:
-        """Persistent CPU thread pools for this context (as llama-bench attaches them): without
-        them ggml builds and frees a pool's state around every graph it computes. The pools are
-        this context's own: two contexts decoding at once must not share one."""
-        cdef ggml.ggml_threadpool_params params = ggml.ggml_threadpool_params_default(llama.llama_n_threads(self.ptr))
-        cdef ggml.ggml_threadpool * pool = ggml.ggml_threadpool_new(&params)
-        cdef ggml.ggml_threadpool * pool_batch = pool
-        if pool == NULL:
-            raise MemoryError("could not create the CPU thread pool")
-        if llama.llama_n_threads_batch(self.ptr) != params.n_threads:
-            params = ggml.ggml_threadpool_params_default(llama.llama_n_threads_batch(self.ptr))
-            pool_batch = ggml.ggml_threadpool_new(&params)
-            if pool_batch == NULL:
-                ggml.ggml_threadpool_free(pool)
-                raise MemoryError("could not create the CPU thread pool")
+        """Persistent CPU thread pools of this context's own (core/threadpool.pyx)."""
+        cdef ggml.ggml_threadpool * pool = NULL
+        cdef ggml.ggml_threadpool * pool_batch = NULL
+        _new_pools(llama.llama_n_threads(self.ptr), llama.llama_n_threads_batch(self.ptr), &pool, &pool_batch)
         llama.llama_attach_threadpool(self.ptr, pool, pool_batch)
         self._free_pools()
         self._pool, self._pool_batch = pool, pool_batch
         return 0
 
     cdef void _free_pools(self) noexcept:
-        if self._pool_batch != NULL and self._pool_batch != self._pool:
-            ggml.ggml_threadpool_free(self._pool_batch)
-        if self._pool != NULL:
-            ggml.ggml_threadpool_free(self._pool)
+        _free_pools(self._pool, self._pool_batch)
         self._pool = self._pool_batch = NULL
 
     def __repr__(self):
