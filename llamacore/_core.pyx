@@ -20,6 +20,7 @@ include "core/threadpool.pyx"
 include "core/context.pyx"
 include "core/sampler.pyx"
 include "core/projector.pyx"
+include "core/quantize.pyx"
 
 _backend_init()
 _install_log_callback()

@@ -309,8 +309,8 @@ class Llama(TokenLevel, CacheAndState, Completions, ChatMethods, Embeddings):
                                              add_bos, special))
 
     def detokenize(self, tokens: list[int], prev_tokens: list[int] | None = None, special: bool = False) -> bytes:
-        """Bytes of `tokens`; with `prev_tokens`, only the bytes the new tokens add (by the
-        constructor's `tokenizer`, as llama-cpp-python's)."""
+        """Bytes of `tokens`, by the constructor's `tokenizer` (as llama-cpp-python's: the model's own
+        vocabulary ignores `prev_tokens`; a LlamaHFTokenizer gives the bytes added after them)."""
         if self.tokenizer_ is None:
             raise RuntimeError("this Llama was closed")
         return self.tokenizer_.detokenize(tokens, prev_tokens=prev_tokens, special=special)

@@ -42,14 +42,9 @@ class LlamaTokenizer(BaseLlamaTokenizer):
         return self._model.tokenize(text, add_special=add_bos, parse_special=special)
 
     def detokenize(self, tokens: list[int], prev_tokens: list[int] | None = None, special: bool = False) -> bytes:
-        if prev_tokens:
-            before = list(prev_tokens)
-            return _suffix(self._text(before + list(tokens), special), self._text(before, special))
-        return self._text(list(tokens), special)
-
-    def _text(self, tokens: list[int], special: bool) -> bytes:
-        """The tokens' pieces joined, as llama-cpp-python joins them: only after a leading BOS does the
-        first piece lose its leading space (llama.cpp's detokenize drops it otherwise too)."""
+        """The tokens' pieces joined; only after a leading BOS does the first piece lose its leading
+        space. `prev_tokens` changes nothing: a GGUF vocabulary's pieces do not depend on what came
+        before (llama-cpp-python's LlamaTokenizer ignores it too, and its completions rely on that)."""
         piece = self._model.token_to_piece
         text = b"".join([piece(t, special) for t in tokens])
         if tokens and tokens[0] == self._model.token_bos and text.startswith(b" "):

@@ -13,13 +13,13 @@ import importlib.util
 import os
 import subprocess
 import sys
-import tarfile
 import xml.etree.ElementTree as ET
 from collections import Counter
 from pathlib import Path
 
 import pytest
 from helpers import REPO_ROOT
+from lcp_real import extract, sdist_path
 
 pytestmark = pytest.mark.slow
 
@@ -31,32 +31,6 @@ TEST_DEPS = ("numpy", "scipy", "huggingface_hub", "jinja2")
 # the passes with ../shared/models present: 26 tests, 14 skipped (2 low-level API, 12 hub models
 # without a stand-in); raise it when more pass
 MIN_PASSED = 12
-
-
-def _fetch_module():
-    spec = importlib.util.spec_from_file_location("_llamacore_vendor_fetch", REPO_ROOT / "vendor/fetch.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def sdist_path() -> Path:
-    """The cached llama-cpp-python sdist (vendor/fetch.py's cache and name)."""
-    fetch = _fetch_module()
-    pin = fetch.load_pin()
-    return fetch.cache_dir() / f"{pin['package'].replace('-', '_')}-{pin['version']}.tar.gz"
-
-
-def extract(archive: Path, dest: Path) -> Path:
-    """The sdist's tests/ files and the vocabulary they open, under dest/<root>; that root."""
-    with tarfile.open(archive) as tar:
-        root = tar.getnames()[0].split("/")[0]
-        wanted = {f"{root}/tests/{name}" for name in FILES} | {f"{root}/{VOCAB}"}
-        members = [m for m in tar.getmembers() if m.name in wanted]
-        missing = wanted - {m.name for m in members}
-        assert not missing, f"{archive} lacks {sorted(missing)}"
-        tar.extractall(dest, members=members, filter="data")
-    return dest / root
 
 
 def outcomes(junit: Path) -> dict[str, str]:
@@ -101,7 +75,7 @@ def test_lcp_suite(tmp_path, stories_path, minilm_path):
         pytest.skip(f"the llama-cpp-python sdist is not cached at {archive} (the package build downloads it)")
     absent = [name for name in TEST_DEPS if importlib.util.find_spec(name) is None]
     assert not absent, f"llama-cpp-python's test files import {absent}: install them"
-    root = extract(archive, tmp_path)
+    root = extract(archive, tmp_path, [f"tests/{name}" for name in FILES] + [VOCAB])
     results, proc = run_suite(root, tmp_path / "lcp.xml")
 
     counts = Counter(outcome.split(":")[0] for outcome in results.values())

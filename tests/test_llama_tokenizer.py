@@ -47,11 +47,14 @@ def test_special_tokens(spm):
     assert spm.detokenize([1, 921]) == b"x"
 
 
-def test_prev_tokens_gives_what_the_new_tokens_add(spm):
+def test_prev_tokens_changes_nothing_for_a_gguf_vocabulary(spm):
+    # as llama-cpp-python's LlamaTokenizer: pieces are joined as they are, and only a leading BOS
+    # takes the first piece's space (so after [BOS] the tail keeps its space)
     ids = spm.encode("héllo wörld 你好")
     for cut in range(1, len(ids)):
         head, tail = ids[:cut], ids[cut:]
-        assert spm.detokenize(head) + spm.detokenize(tail, prev_tokens=head) == spm.detokenize(ids)
+        assert spm.detokenize(tail, prev_tokens=head) == spm.detokenize(tail)
+    assert spm.detokenize(ids[1:], prev_tokens=ids[:1]) == b" " + spm.detokenize(ids)
 
 
 def test_tokenizer_of_a_llama(tiny_model_path):

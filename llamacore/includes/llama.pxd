@@ -170,6 +170,21 @@ cdef extern from "llama.h" nogil:
     ctypedef struct llama_sampler_chain_params:
         bint no_perf
 
+    enum llama_ftype:
+        LLAMA_FTYPE_ALL_F32
+        LLAMA_FTYPE_MOSTLY_F16
+
+    # the fields we set; the pointer fields (imatrix, overrides, pruned layers) stay at their defaults
+    ctypedef struct llama_model_quantize_params:
+        int32_t nthread
+        llama_ftype ftype
+        bint allow_requantize
+        bint quantize_output_tensor
+        bint only_copy
+        bint pure
+        bint keep_split
+        bint dry_run
+
     struct llama_adapter_lora
 
     const char * llama_version()
@@ -177,6 +192,7 @@ cdef extern from "llama.h" nogil:
     llama_model_params llama_model_default_params()
     llama_context_params llama_context_default_params()
     llama_sampler_chain_params llama_sampler_chain_default_params()
+    llama_model_quantize_params llama_model_quantize_default_params()
 
     void llama_backend_init()
     void llama_backend_free()
@@ -188,6 +204,10 @@ cdef extern from "llama.h" nogil:
 
     llama_context * llama_init_from_model(llama_model * model, llama_context_params params)
     void llama_free(llama_context * ctx)
+
+    # 0 on success
+    uint32_t llama_model_quantize(const char * fname_inp, const char * fname_out,
+                                  const llama_model_quantize_params * params)
 
     int64_t llama_time_us()
     size_t llama_max_devices()
