@@ -107,14 +107,19 @@ def cmake_cache_value(build: Path, key: str) -> str | None:
     return None
 
 
-def link_args(build: Path) -> list[str]:
-    """Static libraries in dependency order, plus what the enabled backends need."""
+def static_libraries(build: Path) -> list[Path]:
+    """The llama.cpp libraries the extension links, in dependency order."""
     libs = [build / "tools" / "mtmd" / "libmtmd.a", build / "vendor" / "hash" / "libvendor-hash.a",
             build / "src" / "libllama.a", build / "ggml" / "src" / "libggml.a"]
     backends = sorted(p for p in (build / "ggml" / "src").rglob("libggml-*.a") if p.name != "libggml-base.a")
-    libs += backends + [build / "ggml" / "src" / "libggml-base.a"]
+    return libs + backends + [build / "ggml" / "src" / "libggml-base.a"]
+
+
+def link_args(build: Path) -> list[str]:
+    """Static libraries in dependency order, plus what the enabled backends need."""
+    libs = static_libraries(build)
     args = ["-Wl,--start-group", *map(str, libs), "-Wl,--end-group", "-fopenmp", "-lpthread", "-ldl"]
-    names = {p.name for p in backends}
+    names = {p.name for p in libs}
     if "libggml-cuda.a" in names:
         cuda_lib = cmake_cache_value(build, "CUDAToolkit_LIBRARY_DIR") or "/usr/local/cuda/lib64"
         args += [f"-L{cuda_lib}", f"-Wl,-rpath,{cuda_lib}", "-lcudart", "-lcublas", "-lcublasLt", "-lcuda"]
@@ -160,6 +165,8 @@ class BuildWithLlamaCpp(build_ext):
             ext.include_dirs += [str(source / "include"), str(source / "ggml" / "include"),
                                  str(source / "tools" / "mtmd")]
             ext.extra_link_args += link_args(build)
+            # a rebuilt llama.cpp (a new patch, say) relinks the extension even if its sources did not change
+            ext.depends += [str(p) for p in static_libraries(build)]
             ext.define_macros = [m for m in ext.define_macros if m[0] != "LLAMACORE_BUILD_INFO"]
             ext.define_macros.append(("LLAMACORE_BUILD_INFO", c_string(info)))
         super().run()
