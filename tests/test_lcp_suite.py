@@ -75,7 +75,7 @@ def test_lcp_suite(tmp_path, stories_path, minilm_path):
         pytest.skip(f"the llama-cpp-python sdist is not cached at {archive} (the package build downloads it)")
     absent = [name for name in TEST_DEPS if importlib.util.find_spec(name) is None]
     assert not absent, f"llama-cpp-python's test files import {absent}: install them"
-    root = extract(archive, tmp_path, [f"tests/{name}" for name in FILES] + [VOCAB])
+    root = extract(tmp_path, [f"tests/{name}" for name in FILES] + [VOCAB])
     results, proc = run_suite(root, tmp_path / "lcp.xml")
 
     counts = Counter(outcome.split(":")[0] for outcome in results.values())

@@ -14,7 +14,7 @@ import sys
 import pytest
 import tokenizer_probe
 from helpers import REPO_ROOT
-from lcp_real import extract, library_folder, run, sdist_path
+from lcp_real import run, sdist_path
 
 from llamacore import Llama
 
@@ -34,12 +34,11 @@ def test_tokenize_and_detokenize_equal_llama_cpp_python_on_every_vocabulary(tmp_
         pytest.skip(f"the llama-cpp-python sdist is not cached at {archive} (the package build downloads it)")
     pytest.importorskip("diskcache", reason="llama-cpp-python imports diskcache")
     assert len(VOCABS) >= 15, VOCABS
-    root = extract(archive, tmp_path / "sdist", [], package=True)
     paths = [str(p) for p in VOCABS]
     script = (f"import sys, json; sys.path.insert(0, {str(REPO_ROOT / 'tests')!r}); "
               "import tokenizer_probe; from llama_cpp import Llama; "
               "json.dump(tokenizer_probe.probe(Llama, json.load(sys.stdin)), sys.stdout)")
-    theirs = run(root, library_folder(tmp_path / "lib"), script, paths)
+    theirs = run(tmp_path, script, paths)
     ours = tokenizer_probe.probe(Llama, paths)
     loaded = [p for p in paths if "load error" not in theirs[p]]
     assert len(loaded) >= 15, {p: theirs[p] for p in paths if p not in loaded}
