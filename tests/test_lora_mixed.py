@@ -6,8 +6,8 @@ llama.cpp's kernels sum in the same order; a sequence attends only to its own KV
 
 - a batch whose sequences share one set is bit for bit equal (it takes the context-wide path);
 - a batch that mixes sets takes the slot pool (two ggml_mul_mat_id per weight for all adapters):
-  equal to rounding (its kernel sums in another order than mul_mat's; see assert_same), and a
-  sequence's logits are bit for bit the same whatever adapters the other sequences use;
+  equal within 1e-5 (its kernel sums in another order than mul_mat's), and a sequence's logits
+  are bit for bit the same whatever adapters the other sequences use;
 - with LLAMA_LORA_POOL_DISABLE=1 a mixed batch computes each adapter's products over the rows that
   use it (never fewer than the CPU kernels' threshold, a token's deltas added in adapter order):
   bit for bit equal.
@@ -60,19 +60,20 @@ def mixed_path(request, monkeypatch):
 
 
 def assert_same(got, want, path, msg=""):
-    """Bitwise for the per-adapter path. The slot pool's products sum in another order (ggml's
-    mul_mat_id kernel against mul_mat's sgemm): a delta differs in its last bits, and these test
-    adapters move the logits as much as the model itself does, so the difference is held to 5e-4 of
-    the logits' range (measured: up to 2.6e-4), with the same greedy token."""
+    """Bitwise for the per-adapter path; within 1e-5 for the slot pool, whose mul_mat_id kernel sums
+    in another order than mul_mat's sgemm (measured: up to 7.6e-6 on logits up to 24)."""
     if path == "per-adapter":
         np.testing.assert_array_equal(got, want, err_msg=msg)
     else:
-        np.testing.assert_allclose(got, want, rtol=0, atol=5e-4 * float(np.abs(want).max()), err_msg=msg)
-        assert got.argmax() == want.argmax(), msg
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=msg)
 
 
 def new_ctx(model):
-    return make_ctx(model, n_ctx=1024, n_batch=128, n_seq_max=len(PROMPTS), kv_unified=True)
+    # an F32 KV cache and no flash attention: with F16 K/V (and flash attention's F16 Q), a
+    # last-bit difference of the slot pool lands on an F16 rounding boundary now and then and
+    # grows to an F16 step (~1e-3 on these logits), which says nothing about the LoRA products
+    return make_ctx(model, n_ctx=1024, n_batch=128, n_seq_max=len(PROMPTS), kv_unified=True,
+                    type_k="f32", type_v="f32", flash_attn=False)
 
 
 def run(ctx, model, forced=None, between=None):
