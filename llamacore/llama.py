@@ -362,9 +362,12 @@ class Llama(TokenLevel, CacheAndState, Completions, ChatMethods, Embeddings):
     def from_pretrained(cls, repo_id: str, filename: str | None, additional_files: list | None = None,
                         local_dir: str | os.PathLike[str] | None = None, local_dir_use_symlinks: bool | str = "auto",
                         cache_dir: str | os.PathLike[str] | None = None, **kwargs: Any) -> Llama:
-        """Download a GGUF file from a Hugging Face Hub repository (`filename` and each of
-        `additional_files` a name or glob pattern matching exactly one file; a sharded model's first
-        shard loads the rest) and load it; `kwargs` go to the constructor. Needs `huggingface-hub`."""
+        """Load a GGUF file of a Hugging Face Hub repository, downloaded into huggingface_hub's cache
+        (or `local_dir`) unless there already. `filename` and each of `additional_files` (a
+        projector, say) is a name or glob matching exactly one file, or the shards of one split
+        model, which are all fetched (the first loads the rest). With HF_HUB_OFFLINE=1 the globs
+        match the cached snapshot and nothing touches the network. `kwargs` go to the constructor.
+        Needs `huggingface-hub`."""
         return cls(model_path=download(repo_id, filename, additional_files, local_dir, local_dir_use_symlinks,
                                        cache_dir), **kwargs)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, Self
 
 from llamacore.chat_format import TEMPLATES
 from llamacore.llama_chat_formatters import (
@@ -51,6 +51,7 @@ from llamacore.llama_chat_formatters import (
     format_vicuna,
     format_zephyr,
 )
+from llamacore.llama_hub import download
 
 if TYPE_CHECKING:
     from llamacore.llama import Llama
@@ -231,6 +232,16 @@ class MTMDChatHandler:
         self.clip_model_path = os.fspath(clip_model_path)
         self.verbose = verbose
         self.use_gpu = use_gpu
+
+    @classmethod
+    def from_pretrained(cls, repo_id: str, filename: str | None, local_dir: str | os.PathLike[str] | None = None,
+                        local_dir_use_symlinks: bool | str = "auto", cache_dir: str | os.PathLike[str] | None = None,
+                        **kwargs: Any) -> Self:
+        """The handler for the projector `filename` (a name or glob matching one file at the top of
+        the repository, as llama-cpp-python looks) of a Hugging Face Hub repository, fetched as
+        `Llama.from_pretrained` fetches models; `kwargs` go to the constructor."""
+        path = download(repo_id, filename, None, local_dir, local_dir_use_symlinks, cache_dir, top_level_only=True)
+        return cls(clip_model_path=path, **kwargs)
 
 
 class Llava15ChatHandler(MTMDChatHandler):

@@ -19,6 +19,7 @@ from llamaserve import __version__
 from llamaserve.config import ConfigError, ServerConfig, load_config, parse_config, read_config_data
 from llamaserve.config_keys import ISOLATION_MODES, LOG_LEVELS
 from llamaserve.discovery import ModelsDirScan, scan_models_dir
+from llamaserve.hub_models import is_hub_ref
 
 __all__ = ["build_parser", "config_from_args", "describe", "main", "starter_config", "write_starter_config"]
 
@@ -27,6 +28,7 @@ examples:
   llamaserve --config llamaserve.yaml
   llamaserve --model mistral-7b.Q4_K_M.gguf --alias chat --n-ctx 4096 --n-gpu-layers -1
   llamaserve --model base.gguf --lora-scaled coder-lora.gguf 0.8 --port 8080
+  llamaserve --model 'hf://Qwen/Qwen2-0.5B-Instruct-GGUF/*q8_0.gguf'
   llamaserve --models-dir ~/models --max-loaded-models 2
   llamaserve init-config ~/models && llamaserve check ~/models/llamaserve.yaml
 """
@@ -49,7 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
     what.add_argument("--config", metavar="FILE", default=os.environ.get("LLAMASERVE_CONFIG"),
                       help="YAML, TOML or JSON config file (default: $LLAMASERVE_CONFIG)")
     what.add_argument("--model", metavar="FILE",
-                      help="serve this GGUF model (replaces the config file's models list)")
+                      help="serve this GGUF model, or hf://owner/repo/file-glob.gguf from the Hugging Face "
+                           "Hub, fetched on first use (replaces the config file's models list)")
     what.add_argument("--models-dir", metavar="DIR",
                       help="also serve every GGUF model in DIR, named by its file name without .gguf")
     what.add_argument("--adapters-dir", metavar="DIR", action="append", default=[],
@@ -188,7 +191,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
                "chat_format": args.chat_format, "embedding": args.embedding or None, "isolation": args.isolation}
     options = {key: value for key, value in options.items() if value is not None}
     if args.model:
-        entry: dict[str, Any] = {"model": _absolute(args.model), **options}
+        entry: dict[str, Any] = {"model": args.model if is_hub_ref(args.model) else _absolute(args.model), **options}
         if args.alias:
             entry["alias"] = args.alias
         adapters = {_absolute(path): 1.0 for path in args.lora}

@@ -43,6 +43,7 @@ from llamaserve.config_keys import (
 )
 from llamaserve.config_lcp import translate_lcp_config
 from llamaserve.discovery import discover
+from llamaserve.hub_models import HubFile, hub_ref, is_hub_ref
 from llamaserve.settings import ModelEntry, ServerConfig
 
 __all__ = [
@@ -252,15 +253,22 @@ def _entry(label: str, raw: dict, base_dir: Path, problems: Problems) -> tuple[s
     if raw.get("rpc_servers") and (raw.get("isolation") or DEFAULT_ISOLATION) == "thread":
         problems.add(f"{label}.rpc_servers", "needs isolation: process (llama.cpp ends the process it runs in "
                                              "when an RPC worker goes away; a worker process contains that)")
-    model = config_path(raw["model"], base_dir)
-    arch = _model_architecture(model, f"{label}.model", problems)
+    model: Path | HubFile | None
+    if is_hub_ref(raw["model"]):            # fetched on first load: its architecture is not known yet
+        model, arch = hub_ref(raw["model"], f"{label}.model", problems), None
+    else:
+        model = config_path(raw["model"], base_dir)
+        arch = _model_architecture(model, f"{label}.model", problems)
     projector = _projector(label, raw, base_dir, problems)
     adapters = lora_adapters(raw.get("lora_adapters", {}), base_dir, f"{label}.lora_adapters", problems)
     declared = adapter_list(raw.get("adapters", []), base_dir, f"{label}.adapters", problems)
     for key, listed in (("lora_adapters", adapters), ("adapters", declared)):
         for path, _ in listed:
             check_adapter_file(path, arch, f"{label}.{key}", problems)
-    alias = raw.get("alias") or raw.get("model_alias") or model.name.removesuffix(".gguf")
+    if model is None:
+        return None
+    alias = raw.get("alias") or raw.get("model_alias") or (
+        model.default_alias() if isinstance(model, HubFile) else model.name.removesuffix(".gguf"))
     aliases = tuple(dict.fromkeys(a for a in raw.get("aliases", ()) if a != alias))
     entry = ModelEntry(
         alias=alias, aliases=aliases, model=model, lora_adapters=adapters, adapters=declared,
@@ -288,7 +296,7 @@ def _speculative(label: str, settings: dict | None, base_dir: Path, problems: Pr
     return {**settings, "draft_model": str(path)}
 
 
-def _projector(label: str, raw: dict, base_dir: Path, problems: Problems) -> Path | None:
+def _projector(label: str, raw: dict, base_dir: Path, problems: Problems) -> Path | HubFile | None:
     """The entry's vision projector file (clip_model_path, or its alias mmproj), checked."""
     if "clip_model_path" in raw and "mmproj" in raw:
         problems.add(f"{label}.mmproj", "give either clip_model_path or mmproj, not both")
@@ -297,6 +305,8 @@ def _projector(label: str, raw: dict, base_dir: Path, problems: Problems) -> Pat
         return None
     if raw.get("embedding"):
         problems.add(f"{label}.{key}", "applies only to generation models (embedding models take no images)")
+    if is_hub_ref(raw[key]):
+        return hub_ref(raw[key], f"{label}.{key}", problems)
     path = config_path(raw[key], base_dir)
     header = read_gguf(path, f"{label}.{key}", problems)
     if header is not None and header.type not in ("mmproj", None):

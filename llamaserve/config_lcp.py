@@ -9,12 +9,14 @@ exactly one table below:
 - SAME_ROOT, SAME_MODEL: same name and meaning; a few also take their spelling of the value
   (split_mode and type_k/type_v as enum numbers, kv_overrides as "key=type:value" strings,
   n_threads -1 for every core, seed -1 for a random one);
-- CONVERTED_MODEL: lora_path, draft_model and draft_model_num_pred_tokens become our keys;
+- CONVERTED_MODEL: lora_path, draft_model and draft_model_num_pred_tokens become our keys, and
+  hf_model_repo_id makes ``model`` (and ``clip_model_path``), globs in that repository, hf://
+  references (llamaserve.hub_models);
 - IGNORED_ROOT, IGNORED_MODEL: named in one warning per entry, with why; none of them changes
   what a request returns;
 - DEFAULT_ONLY_MODEL: ignored (and named so) at llama-cpp-python's default, refused otherwise,
   since llamaserve cannot do what another value asks;
-- REFUSED_ROOT, REFUSED_MODEL: a config error when set (to anything but null).
+- REFUSED_ROOT: a config error when set (to anything but null).
 
 Their keys are unknown to llamaserve's validation and their value spellings invalid there, so a
 llamaserve config passes unchanged. Their ``null`` is "not set": null values of their optional
@@ -33,6 +35,7 @@ from typing import Any
 
 from llamacore.options import KV_CACHE_TYPES, SPLIT_MODES
 from llamaserve.config_checks import Problems
+from llamaserve.hub_models import SCHEME
 
 __all__ = ["translate_lcp_config"]
 
@@ -52,6 +55,7 @@ CONVERTED_MODEL = {
     "lora_path": "lora_adapters (the adapter at scale 1.0)",
     "draft_model": "speculative: {draft_model: ngram, n_draft, ngram_size: 2} (prompt lookup, as theirs)",
     "draft_model_num_pred_tokens": "speculative.n_draft",
+    "hf_model_repo_id": "model: hf://REPO/MODEL and clip_model_path: hf://REPO/CLIP_MODEL_PATH (fetched on first load)",
 }
 IGNORED_ROOT = {
     "interrupt_requests": "llamaserve decodes concurrent requests together; none interrupts another",
@@ -83,9 +87,6 @@ DEFAULT_ONLY_MODEL: dict[str, tuple[Any, str]] = {      # key: (their default, w
 REFUSED_ROOT = {
     "ssl_keyfile": "llamaserve serves plain HTTP; put a TLS-terminating reverse proxy in front of it",
     "ssl_certfile": "llamaserve serves plain HTTP; put a TLS-terminating reverse proxy in front of it",
-}
-REFUSED_MODEL = {
-    "hf_model_repo_id": "llamaserve does not download models: download the file and set model to its path",
 }
 # their Optional keys: null means "not set"
 _OPTIONAL = frozenset({"model_alias", "tensor_split", "kv_overrides", "rpc_servers", "chat_format", "type_k",
@@ -135,14 +136,13 @@ def _entry(raw: dict, label: str, problems: Problems) -> dict:
             else:
                 problems.add(f"{label}.{key}", f"llama-cpp-python's {key} is not supported: {ours} "
                                                f"(remove it, or set its default {default!r}), got {value!r}")
-        elif key in REFUSED_MODEL:
-            problems.add(f"{label}.{key}", f"llama-cpp-python's {key} is not supported: {REFUSED_MODEL[key]}")
         elif key in _CONVERT:
             converted = _CONVERT[key](value)
             if converted is not None:
                 out[key] = converted
         elif key not in CONVERTED_MODEL:
             out[key] = value                            # ours, or unknown: validation reports it
+    _convert_hub(raw, out, label, problems)
     _convert_lora(raw, out, label, problems)
     _convert_draft(raw, out, label, problems, ignored)
     _warn_ignored(f"{label}: ", ignored, problems)
@@ -158,6 +158,20 @@ def _is_default(value: Any, default: Any) -> bool:
 def _warn_ignored(prefix: str, ignored: list[str], problems: Problems) -> None:
     if ignored:
         log.warning("%s: %sllama-cpp-python keys ignored: %s", problems.label, prefix, "; ".join(ignored))
+
+
+def _convert_hub(raw: dict, out: dict, label: str, problems: Problems) -> None:
+    """Their hf_model_repo_id: ``model`` and ``clip_model_path`` are globs in that repository."""
+    repo = raw.get("hf_model_repo_id")
+    if repo is None:
+        return
+    if not isinstance(repo, str) or repo.count("/") != 1:
+        problems.add(f"{label}.hf_model_repo_id",
+                     f"expected a Hugging Face Hub repository id (owner/name), got {repo!r}")
+        return
+    for key in ("model", "clip_model_path"):
+        if isinstance(raw.get(key), str):
+            out[key] = f"{SCHEME}{repo}/{raw[key]}"
 
 
 def _convert_lora(raw: dict, out: dict, label: str, problems: Problems) -> None:

@@ -10,12 +10,14 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, NamedTuple
 
 from llamacore import Llama
 from llamacore.options import CONTEXT_KEYS, MODEL_KEYS
 from llamaserve.config_keys import DEFAULT_ISOLATION
 from llamaserve.engine import Engine
+from llamaserve.hub_models import local_files
 from llamaserve.logs import request_id
 from llamaserve.settings import ModelEntry, ServerConfig
 from llamaserve.speculative import drafter_spec
@@ -32,9 +34,9 @@ def isolation(entry: ModelEntry) -> str:
     return entry.isolation or DEFAULT_ISOLATION
 
 
-def _worker_spec(entry: ModelEntry, config: ServerConfig, label: str) -> dict[str, Any]:
+def _worker_spec(model: Path, config: ServerConfig, label: str) -> dict[str, Any]:
     """What every worker gets besides its model's options: how to log, and for whom it loads."""
-    return {"model": os.fspath(entry.model), "log_level": config.log_level, "label": label,
+    return {"model": os.fspath(model), "log_level": config.log_level, "label": label,
             "request_id": request_id.get()}
 
 
@@ -52,7 +54,8 @@ def _worker_options(entry: ModelEntry, label: str, watch: Supervision) -> dict[s
 
 
 def build_engine(entry: ModelEntry, config: ServerConfig, label: str, watch: Supervision) -> AnyEngine:
-    """The engine for a generation entry (not started)."""
+    """The engine for a generation entry (not started); hub files are fetched first."""
+    model, projector_file = local_files(entry)
     params: dict[str, Any] = dict(entry.load)
     options = {
         "parallel": _either(entry.parallel, config.parallel),
@@ -65,22 +68,23 @@ def build_engine(entry: ModelEntry, config: ServerConfig, label: str, watch: Sup
         "context_kwargs": {k: v for k, v in params.items() if k in CONTEXT_KEYS},
     }
     speculative = dict(entry.speculative) if entry.speculative else None
-    projector = os.fspath(entry.clip_model_path) if entry.clip_model_path else None
+    projector = os.fspath(projector_file) if projector_file else None
     if isolation(entry) == "process":
-        spec = {**options, **_worker_spec(entry, config, label), "speculative": speculative, "projector": projector}
+        spec = {**options, **_worker_spec(model, config, label), "speculative": speculative, "projector": projector}
         return WorkerEngine(spec, **_worker_options(entry, label, watch))
     drafter = drafter_spec(speculative) if speculative else None
-    return Engine(os.fspath(entry.model), [], speculative=drafter, projector_path=projector, **options)
+    return Engine(os.fspath(model), [], speculative=drafter, projector_path=projector, **options)
 
 
 def build_embedder(entry: ModelEntry, config: ServerConfig, label: str, watch: Supervision) -> Llama | WorkerEmbedder:
-    """The embedder for an embedding entry (`embedding: true`)."""
+    """The embedder for an embedding entry (`embedding: true`); a hub file is fetched first."""
+    model, _ = local_files(entry)
     params = {k: v for k, v in entry.load.items() if k != "embedding"}
     if isolation(entry) == "process":
-        spec = {**_worker_spec(entry, config, label), "llama_kwargs": params}
+        spec = {**_worker_spec(model, config, label), "llama_kwargs": params}
         return WorkerEmbedder(spec, **_worker_options(entry, label, watch))
     # every load key but seed (config rejects it for embedding entries) is a Llama keyword
-    return Llama(entry.model, embedding=True, **params)
+    return Llama(model, embedding=True, **params)
 
 
 def _either(own: Any, default: Any) -> Any:

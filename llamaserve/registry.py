@@ -24,6 +24,7 @@ from llamaserve.adapters import Adapter, BaseAdapters, still_inside
 from llamaserve.loaded import Loaded, collect_and_trim
 from llamaserve.crashes import CrashRecord
 from llamaserve.errors import CapacityError, ModelFailedError, ModelLoadError, UnknownModelError, WorkerCrashedError
+from llamaserve.hub_models import local_path
 from llamaserve.logs import loading_model
 from llamaserve.metrics import Metrics
 from llamaserve.runtime_adapters import RuntimeAdapters
@@ -308,7 +309,8 @@ class Registry:
     async def _make_room(self, entry: ModelEntry) -> None:
         """Evict least-recently-used idle bases until the new one fits the count and memory limits."""
         limit, budget = self.config.max_loaded_models, self.config.memory_budget
-        need = os.path.getsize(entry.model) if os.path.exists(entry.model) else 0
+        model = local_path(entry.model)        # None: a hub model not downloaded yet
+        need = os.path.getsize(model) if model is not None and os.path.exists(model) else 0
         deadline = time.monotonic() + 120
         while True:
             over_count = limit is not None and len(self.loaded) >= limit

@@ -25,6 +25,7 @@ from llamaserve.adapters import Adapter, FoundAdapter, find_adapter_file
 from llamaserve.config_keys import MAX_SCALE
 from llamaserve.discovery import cached_header
 from llamaserve.errors import FieldError, NameConflictError, RegistryWriteError, UnknownModelError
+from llamaserve.hub_models import local_path
 from llamaserve.settings import ModelEntry
 
 if TYPE_CHECKING:
@@ -91,7 +92,8 @@ class RuntimeAdapters:
         if header.type != "adapter":
             raise FieldError("path", f"{found.relative} is not a LoRA adapter (general.type is "
                                      f"{header.type or 'not set'!r}, not 'adapter')")
-        arch = cached_header(base_entry.model).architecture
+        base_file = local_path(base_entry.model)       # None: a hub model not downloaded yet (llama.cpp checks)
+        arch = cached_header(base_file).architecture if base_file is not None else header.architecture
         if header.architecture != arch:
             raise FieldError("path", f"adapter {found.relative} is for architecture {header.architecture!r}, "
                                      f"model '{base}' is {arch!r}")

@@ -13,6 +13,7 @@ from types import MappingProxyType
 from typing import Any
 
 from llamacore.media import MediaPolicy
+from llamaserve.hub_models import HubFile
 
 @dataclass(frozen=True)
 class ModelEntry:
@@ -26,7 +27,7 @@ class ModelEntry:
 
     alias: str
     aliases: tuple[str, ...]
-    model: Path
+    model: Path | HubFile                   # a hub file is fetched when the model first loads
     lora_adapters: tuple[tuple[Path, float], ...] = ()
     adapters: tuple[tuple[Path, str | None], ...] = ()      # (file, name or None for its stem)
     load: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}), hash=False)
@@ -46,7 +47,7 @@ class ModelEntry:
     step_timeout: float | None = None       # process isolation: seconds without progress before a kill
     max_rss: int | None = None              # process isolation: the worker's memory limit in bytes
     sampling: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}), hash=False)  # request defaults
-    clip_model_path: Path | None = None     # a vision projector (mmproj GGUF): image_url parts in chat
+    clip_model_path: Path | HubFile | None = None   # a vision projector (mmproj GGUF): image_url parts in chat
 
     def names(self) -> tuple[str, ...]:
         return (self.alias, *self.aliases)

@@ -85,7 +85,7 @@ def test_every_key_of_theirs_is_mapped_ignored_or_refused():
     tables = {
         "root": (config_lcp.SAME_ROOT, config_lcp.IGNORED_ROOT, config_lcp.REFUSED_ROOT),
         "model": (config_lcp.SAME_MODEL, config_lcp.CONVERTED_MODEL, config_lcp.IGNORED_MODEL,
-                  config_lcp.DEFAULT_ONLY_MODEL, config_lcp.REFUSED_MODEL),
+                  config_lcp.DEFAULT_ONLY_MODEL),
     }
     for kind, keys in (("root", LCP_SERVER_KEYS), ("model", LCP_MODEL_KEYS)):
         listed = [k for table in tables[kind] for k in table]
@@ -146,7 +146,7 @@ def test_a_llamaserve_config_gets_no_warning(work, caplog):
 def test_what_llamaserve_cannot_do_is_refused_all_at_once(work):
     llava = {"model": "models/model.gguf", "model_alias": "gpt-4-vision-preview", "chat_format": "llava-1-5",
              "clip_model_path": "models/no-such-mmproj.gguf", "n_gpu_layers": -1}
-    hub = {"model": "*q8_0.gguf", "hf_model_repo_id": "Qwen/Qwen2-0.5B-Instruct-GGUF"}
+    hub = {"model": "*q8_0.gguf", "hf_model_repo_id": "Qwen/Qwen2-0.5B-Instruct-GGUF/extra"}
     tweaked = {"model": "models/model.gguf", "model_alias": "tweaked", "yarn_orig_ctx": 4096,
                "vocab_only": True, "last_n_tokens_size": 128,
                "lora_path": "models/lora-a.gguf", "lora_adapters": ["models/lora-b.gguf"]}
@@ -156,8 +156,8 @@ def test_what_llamaserve_cannot_do_is_refused_all_at_once(work):
     expected = [
         "ssl_keyfile: llama-cpp-python's ssl_keyfile is not supported: llamaserve serves plain HTTP",
         "models[0].clip_model_path: file not found",
-        "models[1].hf_model_repo_id: llama-cpp-python's hf_model_repo_id is not supported: llamaserve does "
-        "not download models",
+        "models[1].hf_model_repo_id: expected a Hugging Face Hub repository id (owner/name), got "
+        "'Qwen/Qwen2-0.5B-Instruct-GGUF/extra'",
         "models[2].yarn_orig_ctx: llama-cpp-python's yarn_orig_ctx is not supported: YaRN parameters come "
         "from the model file (remove it, or set its default 0), got 4096",
         "models[2].vocab_only: llama-cpp-python's vocab_only is not supported",
@@ -168,6 +168,25 @@ def test_what_llamaserve_cannot_do_is_refused_all_at_once(work):
     for line in expected:
         assert sum(p.startswith(f"{path}: {line}") for p in found) == 1, (line, found)
     assert not any("ssl_certfile" in p for p in found)      # null: not set
+
+
+def test_hf_model_repo_id_makes_model_and_projector_hub_references(work):
+    """Theirs downloads `model` (a glob) from the repository with Llama.from_pretrained, and so
+    clip_model_path with the handler's from_pretrained: here both become hf:// references,
+    fetched when the model first loads (tests/test_hub_models.py)."""
+    from llamaserve.hub_models import HubFile
+
+    repo = "Qwen/Qwen2-0.5B-Instruct-GGUF"
+    config = load_config(write(work, "hub.json", json.dumps({"models": [
+        {"model": "*q8_0.gguf", "hf_model_repo_id": repo, "model_alias": "qwen"},
+        {"model": "*q4_0.gguf", "hf_model_repo_id": repo, "chat_format": "llava-1-5", "clip_model_path": "mmproj-*"},
+        {"model": "models/model.gguf", "hf_model_repo_id": None},
+    ]})))
+    qwen, vision, local = config.models
+    assert (qwen.alias, qwen.model, qwen.clip_model_path) == ("qwen", HubFile(repo, "*q8_0.gguf"), None)
+    assert (vision.model, vision.clip_model_path) == (HubFile(repo, "*q4_0.gguf"), HubFile(repo, "mmproj-*"))
+    assert vision.alias == f"{repo}/*q4_0.gguf"          # theirs: the model string; here the reference's
+    assert local.model == work / "models/model.gguf"     # null: not set
 
 
 def test_values_invalid_in_their_spelling_too_get_llamaserves_messages(work):
