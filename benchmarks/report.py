@@ -162,6 +162,22 @@ SPEC_WORKLOADS = {"random/rewrite": "rewrite prompt", "random/story": "non-repet
                   "copy/rewrite": "rewrite prompt, copy model"}
 
 
+def llama_speculative_rows(spec: dict) -> list[Row]:
+    """Per workload: Llama tok/s and speedup over plain, llamacore against llama-cpp-python."""
+    rows: list[Row] = []
+    for workload, r in spec["workloads"].items():
+        sides, speedup = r["sides"], r["speedup"]
+        for mode, what in (("plain", "plain"), ("lookup", "prompt lookup"), ("draft", "draft model")):
+            ours, peer = sides.get(f"llamacore {mode}"), sides.get(f"llama-cpp-python {mode}")
+            if ours:
+                rows.append((f"{workload}: {what} (tok/s)", ours["tok_s"], "llama-cpp-python Llama",
+                             peer and peer["tok_s"], ""))
+            if ours and mode != "plain":
+                rows.append((f"{workload}: {what} / plain (speedup)", speedup[f"llamacore {mode}"],
+                             "llama-cpp-python, same ratio", speedup.get(f"llama-cpp-python {mode}"), "x"))
+    return rows
+
+
 def speculative_rows(spec: dict) -> list[Row]:
     """Per workload: tok/s of each mode against llama-server's, speedups over plain, acceptance (%)."""
     rows: list[Row] = []
@@ -327,6 +343,8 @@ def write(results: dict, json_path: Path) -> Path:
         ("vision", "Image prompt processing (encode + decode) vs llama-mtmd-cli", vision_rows, "lower"),
         ("speculative", "Speculative decoding at 1 client: prompt lookup and a draft model vs llama-server",
          speculative_rows, "higher"),
+        ("llama_speculative", "Speculative decoding in Llama: prompt lookup and a draft model vs "
+         "llama-cpp-python's Llama", llama_speculative_rows, "higher"),
         ("rss_idle", "Server memory (RSS) before load, loaded, after idle unload", rss_rows, "lower"),
     ]
     for case, title, rows, better in sections:
