@@ -77,8 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "instead of the model's own")
     model.add_argument("--embedding", action="store_true", help="load for /v1/embeddings")
     model.add_argument("--isolation", choices=ISOLATION_MODES,
-                       help="process: each loaded model in a worker process of its own, so its crash ends "
-                            "only its requests (default); thread: in the server process")
+                       help="thread: in the server process (default); process: each loaded model in a "
+                            "worker process of its own, so its crash ends only its requests")
 
     server = parser.add_argument_group("server")
     server.add_argument("--host", help="address to listen on (default 127.0.0.1)")
