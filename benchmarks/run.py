@@ -32,6 +32,7 @@ import bench_core
 import bench_isolation
 import bench_llm
 import bench_load
+import bench_llama_speculative
 import bench_lora_switch
 import bench_mixed_lora
 import bench_prefix
@@ -66,9 +67,9 @@ MODES = {
              "llm_reps": 3, "llm_runs": 3, "switch_model": "small", "switch_reps": 10,
              "load_model": "mid", "load_reps": 5, "server_model": "small",
              "server_args": ["--clients", "1,4,8,16", "--reps", "3"],
-             "mixed_args": ["--ranks", "8,64", "--adapters", "1,2,4,8", "--clients", "8,16", "--reps", "2"],
+             "mixed_args": ["--ranks", "8,64", "--adapters", "1,2,4,8", "--clients", "8,16", "--reps", "6"],
              "prefix_args": ["--clients", "8", "--prefix", "1500", "--reps", "3"],
-             "isolation_args": ["--reps", "11", "--load-reps", "5"],
+             "isolation_args": ["--reps", "31", "--load-reps", "5"],
              "rpc_args": ["--reps", "3"], "vision_args": ["--reps", "15"],
              "spec_model": "mid", "spec_args": ["--reps", "5", "--n-gen", "160"]},
 }
@@ -136,6 +137,24 @@ def _speculative(m: dict, threads: int, workdir: Path) -> dict:
                                    "--idle-wait", str(min(m["idle_wait"], 10)), *m["spec_args"]])
 
 
+def _llama_speculative(m: dict, threads: int, workdir: Path) -> dict:
+    return bench_llama_speculative.main(["--model", m["spec_model"], "--threads", str(threads),
+                                         *_without(m["spec_args"], "--retries")])
+
+
+def _without(args: list[str], option: str) -> list[str]:
+    """`args` without `option` and its value."""
+    out, skip = [], False
+    for a in args:
+        if skip:
+            skip = False
+        elif a == option:
+            skip = True
+        else:
+            out.append(a)
+    return out
+
+
 def _bandwidth(m: dict, threads: int, workdir: Path) -> dict:
     return machine.memory_bandwidth(threads)
 
@@ -155,6 +174,8 @@ CASES = {  # name -> (what it measures, runner)
     "rpc": ("a model split across 2 loopback RPC workers: vs llama-server --rpc and vs local", _rpc),
     "vision": ("image prompt processing (encode + decode of one image) vs llama-mtmd-cli", _vision),
     "speculative": ("speculative decoding at 1 client (prompt lookup, draft model) vs llama-server", _speculative),
+    "llama_speculative": ("speculative decoding in Llama (prompt lookup, draft model) vs llama-cpp-python's Llama",
+                          _llama_speculative),
 }
 
 
@@ -173,7 +194,7 @@ def prepare(m: dict, cases: list[str]) -> None:
         ensure_loras(size)
     if "server" in cases:
         ensure_loras(m["server_model"])
-    if "speculative" in cases:
+    if {"speculative", "llama_speculative"} & set(cases):
         speculative_models.prepare(m["spec_model"])
     if "vision" in cases:
         ensure_tool("llama-mtmd-cli")
