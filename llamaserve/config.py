@@ -27,7 +27,6 @@ from llamaserve.config_adapters import (
 )
 from llamaserve.config_checks import LINE_BREAKS, Problems, config_path, path_is, read_gguf
 from llamaserve.config_keys import (
-    DEFAULT_ISOLATION,
     DEPRECATED_KEYS,
     ENTRY_KEYS,
     LOAD_KEYS,
@@ -250,7 +249,7 @@ def _entry(label: str, raw: dict, base_dir: Path, problems: Problems) -> tuple[s
         problems.add(f"{label}.model_alias", "give either alias or model_alias, not both")
     for key, message in kind_problems(raw):
         problems.add(f"{label}.{key}", message)
-    if raw.get("rpc_servers") and (raw.get("isolation") or DEFAULT_ISOLATION) == "thread":
+    if raw.get("rpc_servers") and raw.get("isolation") == "thread":
         problems.add(f"{label}.rpc_servers", "needs isolation: process (llama.cpp ends the process it runs in "
                                              "when an RPC worker goes away; a worker process contains that)")
     model: Path | HubFile | None
@@ -280,7 +279,7 @@ def _entry(label: str, raw: dict, base_dir: Path, problems: Problems) -> tuple[s
         idle_unload=raw.get("idle_unload"), parallel=raw.get("parallel"), max_queue=raw.get("max_queue"),
         kv_unified=raw.get("kv_unified"), share_prefixes=raw.get("share_prefixes"),
         speculative=_speculative(label, raw.get("speculative"), base_dir, problems),
-        json_whitespace=raw.get("json_whitespace"), isolation=raw.get("isolation"),
+        json_whitespace=raw.get("json_whitespace"), isolation=raw.get("isolation") or ("process" if raw.get("rpc_servers") else None),
         step_timeout=raw.get("step_timeout"), max_rss=raw.get("max_rss"),
         sampling=MappingProxyType(dict(raw.get("sampling") or {})), clip_model_path=projector,
     )

@@ -192,3 +192,15 @@ def test_server_model_on_rpc_workers_and_a_worker_killed_mid_stream(tmp_path, wo
         srv.stop()
         own.kill()
     assert "Traceback" not in srv.log()
+
+
+def test_rpc_models_run_in_a_worker_process_whatever_the_default(tiny_model_path, tmp_path):
+    from llamaserve.config import ConfigError, parse_config
+    from llamaserve.config_keys import DEFAULT_ISOLATION
+
+    rpc = {"model": str(tiny_model_path), "rpc_servers": ["127.0.0.1:50052"]}
+    config = parse_config({"models": [rpc, {"alias": "local", "model": str(tiny_model_path)}]}, None, tmp_path)
+    assert [m.isolation for m in config.models] == ["process", None]       # None: DEFAULT_ISOLATION
+    assert DEFAULT_ISOLATION == "thread"
+    with pytest.raises(ConfigError, match="rpc_servers: needs isolation: process"):
+        parse_config({"models": [{**rpc, "isolation": "thread"}]}, None, tmp_path)
