@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from models import SPECS, ensure_model  # also puts the checkout on sys.path
-from peer_tools import REPACK_ARGS, ForeignLoad, ensure_tool, wait_for_idle_cpus
+from peer_tools import ForeignLoad, ensure_tool, repack_args, wait_for_idle_cpus
 
 import llamacore
 from llamacore import Batch, Context, Model
@@ -105,7 +105,7 @@ def peer_command(bench: Path, model_path: Path, s: Settings) -> list[str]:
     return [str(bench), "-m", str(model_path), "-p", str(s.n_prompt), "-n", str(s.n_gen),
             "-t", str(s.threads), "-b", str(s.n_batch), "-ub", str(s.n_ubatch),
             "-fa", s.flash_attn, "-ctk", s.type_k, "-ctv", s.type_v, "-ngl", str(s.ngl),
-            "-r", str(s.runs), "-o", "json", *REPACK_ARGS]
+            "-r", str(s.runs), "-o", "json", *repack_args(model_path)]
 
 
 def run_peer(bench: Path, model_path: Path, s: Settings) -> dict[str, list[float]]:

@@ -35,7 +35,8 @@ not repeated), so two target models:
 
 The draft model: ``--draft-dtype`` (default q4_0). On some Intel AMX CPUs ggml's AMX path for
 q4_0/q8_0/K-quant weights crashes (SIGSEGV in ggml_backend_amx_mul_mat; llama.cpp issue 20824).
-llamacore leaves the AMX buffers off on AMX CPUs and the peers get the same (peer_tools.REPACK);
+llamacore leaves the AMX buffers off for quantized models on AMX CPUs and the peers get the same
+(peer_tools.repack: llama-server gets it for both files when either is quantized);
 "auto" still probes the q4_0 file in a subprocess first and falls back to q5_0 with every tensor
 q5_0 (``llama-quantize --pure``: no AMX kernel for it), with a note. Both servers get the same
 draft file.
@@ -63,7 +64,7 @@ import httpx
 import machine
 import servers
 from models import SPECS, ensure_model  # also puts the checkout on sys.path
-from peer_tools import REPACK_ARGS, cpu_busy, ensure_tool
+from peer_tools import cpu_busy, ensure_tool, repack_args
 from server_rounds import CpuMeter
 from speculative_models import copy_model, draft_model
 
@@ -231,7 +232,7 @@ def draft_cost(target: Path, draft: Path, threads: int, idle_wait: float) -> dic
     for key, path in (("target_tok_s", target), ("draft_tok_s", draft)):
         wait_idle(idle_wait)
         proc = subprocess.run([str(ensure_tool("llama-bench")), "-m", str(path), "-p", "0", "-n", "32", "-r", "3",
-                               "-t", str(threads), "-o", "json", *REPACK_ARGS], capture_output=True, text=True,
+                               "-t", str(threads), "-o", "json", *repack_args(path)], capture_output=True, text=True,
                               check=True)
         out[key] = json.loads(proc.stdout)[0]["avg_ts"]
     out["ratio"] = out["target_tok_s"] / out["draft_tok_s"]

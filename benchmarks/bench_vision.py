@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 from models import PROJECTOR, SPECS, ensure_image, ensure_model, ensure_projector  # also puts the checkout on sys.path
-from peer_tools import ForeignLoad, ensure_tool, wait_for_idle_cpus
+from peer_tools import ForeignLoad, ensure_tool, repack_env, wait_for_idle_cpus
 
 import llamacore
 from llamacore import Batch, Context, Model, Projector
@@ -56,9 +56,9 @@ def peer_command(tool: Path, model: Path, mmproj: Path, image: Path, threads: in
             "-b", str(N_BATCH), "-ub", str(N_UBATCH), "-fa", "auto", "-lv", "4"]
 
 
-def run_peer(cmd: list[str]) -> dict:
+def run_peer(cmd: list[str], env: dict[str, str]) -> dict:
     """One llama-mtmd-cli process: its own encode and decode times (seconds)."""
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=300)
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=300, env=env)
     log = proc.stdout + proc.stderr
     encoded, decoded = _ENCODED.findall(log), _DECODED.findall(log)
     if proc.returncode != 0 or len(encoded) != 1 or not decoded:
@@ -148,7 +148,8 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"model {model.name}, projector {mmproj.name} ({n_tokens} image tokens), image {image.name}; "
           f"{args.threads} threads; llamacore {llamacore.llama_cpp_version()}")
     print("peer: " + " ".join(cmd))
-    run_peer(cmd)                     # untimed: page cache
+    env = {**os.environ, **repack_env(model)}
+    run_peer(cmd, env)                # untimed: page cache
     first = ours.run()                # untimed (kept apart): the first image on a fresh context, as each peer run is
 
     rounds: list[dict] = []
@@ -159,7 +160,7 @@ def main(argv: list[str] | None = None) -> dict:
             if args.idle_wait > 0:
                 wait_for_idle_cpus(args.threads, timeout=args.idle_wait)
             with ForeignLoad() as load:
-                r[side] = run_peer(cmd) if side == "peer" else ours.run()
+                r[side] = run_peer(cmd, env) if side == "peer" else ours.run()
             r["load"][side] = load.cores
         rounds.append(r)
         print(f"  rep {i + 1}/{args.reps}: " + ", ".join(

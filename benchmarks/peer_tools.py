@@ -39,20 +39,22 @@ CMAKE_FLAGS = [
 ]
 
 
-def _repack_default() -> bool:
-    """Whether llamacore repacks weights into the CPU's extra buffer types by default (not on AMX CPUs,
-    where ggml's AMX path crashes some machines: llamacore/core/model.pyx)."""
-    from llamacore._core import DEFAULT_EXTRA_BUFTS
+# The peers load a model's weights as llamacore does by default: into the CPU's extra (repacked)
+# buffer types, except a quantized model on an AMX CPU, where ggml's AMX path crashes some machines
+# (llamacore/core/model.pyx: default_extra_bufts). llama-bench takes repack_args; llama.cpp's
+# common-argument tools (llama-server, llama-mtmd-cli) read repack_env's LLAMA_ARG_REPACK.
+def repack(model: Path) -> bool:
+    from llamacore._core import default_extra_bufts
 
-    return bool(DEFAULT_EXTRA_BUFTS)
+    return bool(default_extra_bufts(model))
 
 
-# the peers load weights as llamacore does: llama.cpp's common-argument tools (llama-server,
-# llama-mtmd-cli) read LLAMA_ARG_REPACK; llama-bench takes REPACK_ARGS
-REPACK = _repack_default()
-REPACK_ARGS = [] if REPACK else ["--repack", "0"]
-if not REPACK:
-    os.environ.setdefault("LLAMA_ARG_REPACK", "0")
+def repack_args(model: Path) -> list[str]:
+    return [] if repack(model) else ["--repack", "0"]
+
+
+def repack_env(model: Path) -> dict[str, str]:
+    return {} if repack(model) else {"LLAMA_ARG_REPACK": "0"}
 
 
 def _log(msg: str) -> None:

@@ -29,7 +29,7 @@ from typing import Self
 
 import httpx
 import yaml
-from peer_tools import ROOT, ensure_tool
+from peer_tools import ROOT, ensure_tool, repack
 
 HOST = "127.0.0.1"
 _RUNNING: list[Server] = []       # every server still running, for the exit handlers
@@ -236,7 +236,10 @@ def llama_server(model: Path, workdir: Path, *, threads: int, parallel: int = 8,
         targets["base"] = ("base", {"ignore_eos": True,
                                     "lora": [{"id": i, "scale": 0.0} for i in range(len(loras))]})
     workdir.mkdir(parents=True, exist_ok=True)
-    return Server(name, cmd, port, workdir / f"{name}.log", targets=targets)
+    # one repack setting for every file it loads (a draft model too): off if any of them needs it off
+    files = [model] + [Path(extra_args[i + 1]) for i, a in enumerate(extra_args or []) if a in ("-md", "--model-draft")]
+    env = {} if all(repack(f) for f in files) else {"LLAMA_ARG_REPACK": "0"}
+    return Server(name, cmd, port, workdir / f"{name}.log", targets=targets, env=env)
 
 
 def llama_cpp_python(model: Path, workdir: Path, *, threads: int, n_ctx: int = 256,

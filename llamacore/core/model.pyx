@@ -55,8 +55,25 @@ def _cpu_has_amx():
 
 # ggml's AMX weight buffers (one of the CPU's "extra" buffer types) crash some AMX machines at the
 # first matrix product of a quantized model (llama.cpp issue 20824, unfixed; seen here on q4_0 and
-# q8_0, in llama-bench too): on AMX CPUs weights are not repacked into extra buffer types unless asked
+# q8_0, in llama-bench too): on AMX CPUs a quantized model's weights are not repacked into extra
+# buffer types unless asked. An unquantized model's are (llama.cpp's default): nothing of it takes
+# the crashing kernels, and its f16 products run ~10% faster there.
 DEFAULT_EXTRA_BUFTS = not _cpu_has_amx()
+_UNQUANTIZED_FTYPES = frozenset({0, 1, 32})         # llama_ftype ALL_F32, MOSTLY_F16, MOSTLY_BF16
+
+
+def default_extra_bufts(path):
+    """Whether a Model loads `path`'s weights into the CPU's extra buffer types unless told: always,
+    except a quantized (or unknown) file on an AMX CPU."""
+    if DEFAULT_EXTRA_BUFTS:
+        return True
+    from llamacore.gguf_header import read_header
+
+    try:
+        ftype = read_header(path, ("general.file_type",)).metadata.get("general.file_type")
+    except (OSError, ValueError):
+        return False
+    return ftype in _UNQUANTIZED_FTYPES
 _LOAD_MODES = {
     (False, False): llama.LLAMA_LOAD_MODE_NONE,
     (True, False): llama.LLAMA_LOAD_MODE_MMAP,
@@ -83,8 +100,8 @@ cdef class Model:
         (llamaserve rpc-worker), weighed by `tensor_split`; each is checked before loading
         (llamacore.rpc.RPCUnavailableError). `n_gpu_layers` None means 0, or every layer
         when `rpc_servers` is given. `use_extra_bufts` lets llama.cpp repack weights into the CPU's
-        faster layouts (llama-server's --repack); None means yes except on AMX CPUs, where ggml's AMX
-        path crashes some machines."""
+        faster layouts (llama-server's --repack); None means yes except for a quantized model on an
+        AMX CPU, where ggml's AMX path crashes some machines (default_extra_bufts)."""
         if self.ptr != NULL:
             raise RuntimeError("Model is already initialized")
         self.path = _check_gguf_file(path, "model")
@@ -98,7 +115,7 @@ cdef class Model:
         params.vocab_only = vocab_only
         params.main_gpu = main_gpu
         params.check_tensors = check_tensors
-        params.use_extra_bufts = DEFAULT_EXTRA_BUFTS if use_extra_bufts is None else bool(use_extra_bufts)
+        params.use_extra_bufts = default_extra_bufts(self.path) if use_extra_bufts is None else bool(use_extra_bufts)
         params.split_mode = _SPLIT_MODES[split_mode]
 
         cdef vector[float] split            # these must outlive the load call
