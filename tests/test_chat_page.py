@@ -35,7 +35,7 @@ CHROMEDRIVER = "/usr/bin/chromedriver"
 
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory, tiny_model_path, lora_a_path):
-    config = {"api_key": KEY, "defaults": {"n_ctx": 4096, "n_threads": N_THREADS},
+    config = {"api_key": KEY, "defaults": {"n_ctx": 16384, "n_threads": N_THREADS},
               "models": [{"alias": "tiny", "model": str(tiny_model_path)},
                          {"alias": "tiny-coder", "model": str(tiny_model_path),
                           "lora_adapters": [str(lora_a_path)]}]}
@@ -168,9 +168,9 @@ def test_stop_button_stops_a_long_generation(browser, srv):
     open_page(browser, srv)
     max_tokens = browser.find_element(By.ID, "max-tokens")
     max_tokens.clear()
-    max_tokens.send_keys("3500")
+    max_tokens.send_keys("12000")      # ~15 s here: 3500 tokens could end before the click reached Stop
     temperature = browser.find_element(By.ID, "temperature")     # greedy: this model then never ends on its
-    temperature.clear()                                           # own before 3500 tokens (sampled, it may)
+    temperature.clear()                                           # own before 12000 tokens (sampled, it may)
     temperature.send_keys("0")
     browser.find_element(By.ID, "prompt").send_keys("Write a very long story")
     browser.find_element(By.ID, "send").click()
