@@ -27,62 +27,16 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 from bench_speculative import CHANGE_EVERY, INSTRUCTION, REWRITE_TAIL, STORY
 from models import ensure_model  # also puts the checkout on sys.path
 from peer_tools import ROOT
+from llama_side import Side, lcp_environment
 from speculative_models import copy_model, draft_model
 
 N_CTX = 1024
-SIDE = Path(__file__).with_name("llama_side.py")
-
-
-def _lcp_env(dest: Path) -> dict[str, str] | None:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("_llamacore_lcp_python", ROOT / "vendor/lcp_python.py")
-    lcp_python = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(lcp_python)
-    if not lcp_python.sdist_path().exists():
-        return None
-    return lcp_python.environment(dest)
-
-
-class Side:
-    """A child process holding one Llama."""
-
-    def __init__(self, name: str, impl: str, cfg: dict, env: dict[str, str]) -> None:
-        self.name = name
-        self.proc = subprocess.Popen([sys.executable, str(SIDE)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     text=True, env=env, cwd=env.get("PYTHONPATH", str(ROOT)))
-        self._send({**cfg, "impl": impl})
-        if not self._recv().get("ready"):
-            raise RuntimeError(f"{name} did not start")
-
-    def _send(self, obj: dict) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps(obj) + "\n")
-        self.proc.stdin.flush()
-
-    def _recv(self) -> dict:
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"{self.name} exited with {self.proc.wait()}")
-        return json.loads(line)
-
-    def complete(self, prompt: list[int], n_gen: int) -> dict:
-        self._send({"prompt": prompt, "n_gen": n_gen})
-        return self._recv()
-
-    def close(self) -> None:
-        if self.proc.stdin:
-            self.proc.stdin.close()
-        self.proc.wait(timeout=60)
 
 
 def prompts(model: Path, threads: int, n_gen: int) -> dict[str, list[int]]:
@@ -151,7 +105,7 @@ def main(argv: list[str] | None = None) -> dict:
     target, copy = ensure_model(args.model, "f16"), copy_model(args.model)
     draft, note = draft_model(args.model, args.draft_dtype)
     with tempfile.TemporaryDirectory() as tmp:
-        lcp_env = _lcp_env(Path(tmp))
+        lcp_env = lcp_environment(Path(tmp))
         report: dict = {"model": target.name, "copy_model": copy.name, "draft_model": draft.name, "n_gen": args.n_gen,
                         "threads": args.threads, "reps": args.reps, "notes": [note] if note else []}
         if lcp_env is None:

@@ -3,7 +3,9 @@
 Each side generates a fixed 128 tokens greedily from the same short prompt on the same model
 and threads (flash attention off on every side, llama-cpp-python's default). The prompt cache
 is reset before every run so each run does the same work. Rounds alternate the sides; medians
-of tokens/s are compared. llama-cpp-python is skipped with a note when it is not installed.
+of tokens/s are compared. llama-cpp-python is the installed package when there is one, else its own
+Python from the pinned sdist over this build's libllama, in a child process (vendor/lcp_python.py);
+it is skipped with a note when neither is there.
 
 Usage: python benchmarks/bench_llm.py [--models tiny,small,mid] [--threads N] [--reps N] [--json OUT]
 """
@@ -14,10 +16,12 @@ import argparse
 import importlib.util
 import json
 import os
+import tempfile
 import time
 from pathlib import Path
 
 from bench_core import Settings, run_peer
+from llama_side import Side, lcp_environment
 from models import ensure_model  # also puts the checkout on sys.path
 from peer_tools import ensure_tool
 from sides import alternate, medians, ratios
@@ -44,19 +48,40 @@ def timed_runs(llm, runs: int, **kw) -> list[float]:
     return out
 
 
-def bench_model(size: str, threads: int, reps: int, runs: int) -> dict:
+def child_runs(side: Side, runs: int) -> list[float]:
+    """timed_runs for llama-cpp-python in a child process (each run resets its cache first)."""
+    out = []
+    for i in range(runs + 1):
+        got = side.complete(PROMPT, N_GEN, reset=True)
+        if got["n"] != N_GEN:
+            raise RuntimeError(f"generated {got['n']} tokens instead of {N_GEN} (EOS sampled)")
+        if i:
+            out.append(got["n"] / got["wall_s"])
+    return out
+
+
+def bench_model(size: str, threads: int, reps: int, runs: int, lcp_env: dict[str, str] | None) -> dict:
     path = ensure_model(size, "f16")
     ours = Llama(path, n_ctx=512, n_batch=512, n_threads=threads, flash_attn=False)
     sides = {"llamacore": lambda: timed_runs(ours, runs, ignore_eos=True)}
+    child = None
     if importlib.util.find_spec("llama_cpp"):
         import llama_cpp
         peer = llama_cpp.Llama(str(path), n_ctx=512, n_batch=512, n_threads=threads, flash_attn=False,
                                verbose=False)
         sides["llama-cpp-python"] = lambda: timed_runs(peer, runs)
+    elif lcp_env is not None:
+        child = Side("llama-cpp-python", "llama_cpp", {"model": str(path), "mode": "plain", "draft": None,
+                                                       "threads": threads, "n_ctx": 512}, lcp_env)
+        sides["llama-cpp-python"] = lambda: child_runs(child, runs)
     bench = ensure_tool("llama-bench")
     settings = Settings(threads=threads, flash_attn="off", runs=runs, n_prompt=0, n_gen=N_GEN)
     sides["llama-bench"] = lambda: run_peer(bench, path, settings)[f"tg{N_GEN}"]
-    samples = alternate(sides, reps)
+    try:
+        samples = alternate(sides, reps)
+    finally:
+        if child is not None:
+            child.close()
     med = medians(samples)
     return {"model": str(path), "medians": med, "samples": samples, "ratios": ratios(med, "llamacore")}
 
@@ -69,13 +94,17 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
-    if not importlib.util.find_spec("llama_cpp"):
-        print("note: llama-cpp-python is not installed; comparing with llama-bench only")
     report = {}
-    for size in args.models.split(","):
-        res = report[size] = bench_model(size, args.threads, args.reps, args.runs)
-        print(f"\n{size}: " + "  ".join(f"{k} {v:.1f} tok/s" for k, v in res["medians"].items()))
-        print("  " + "  ".join(f"{k} = {v:.3f}" for k, v in res["ratios"].items()))
+    with tempfile.TemporaryDirectory() as tmp:
+        lcp_env = None if importlib.util.find_spec("llama_cpp") else lcp_environment(Path(tmp))
+        if lcp_env is not None:
+            print("note: llama-cpp-python is its own Python from the pinned sdist over this build's libllama")
+        elif not importlib.util.find_spec("llama_cpp"):
+            print("note: llama-cpp-python is not installed nor its sdist cached; comparing with llama-bench only")
+        for size in args.models.split(","):
+            res = report[size] = bench_model(size, args.threads, args.reps, args.runs, lcp_env)
+            print(f"\n{size}: " + "  ".join(f"{k} {v:.1f} tok/s" for k, v in res["medians"].items()))
+            print("  " + "  ".join(f"{k} = {v:.3f}" for k, v in res["ratios"].items()))
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
     return report

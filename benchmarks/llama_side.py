@@ -1,16 +1,67 @@
-"""One side of bench_llama_speculative: a `Llama` (llamacore's, or llama-cpp-python's when run with
-vendor/lcp_python.py's environment) answering timed completion requests, one JSON line each.
+"""One side of the Llama benchmarks: a `Llama` (llamacore's, or llama-cpp-python's when run with
+vendor/lcp_python.py's environment) in a child process answering timed completion requests, one
+JSON line each; `Side` is the parent's handle on it.
 
 stdin: a first line {"model", "mode": plain|lookup|draft, "draft", "threads", "n_ctx"}, then lines
-{"prompt": [token ids], "n_gen": N}; stdout: one JSON line per request {"text", "n", "wall_s",
-"drafted", "accepted"} (the draft counts where the Llama reports them).
+{"prompt": [token ids] or text, "n_gen": N, "reset": bool}; stdout: one JSON line per request
+{"text", "n", "wall_s", "drafted", "accepted"} (the draft counts where the Llama reports them).
+"reset" empties the KV cache first, so the prompt is evaluated again.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import subprocess
 import sys
 import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def lcp_environment(dest: Path) -> dict[str, str] | None:
+    """The environment of a llama-cpp-python side (extracted under dest), or None without its sdist."""
+    spec = importlib.util.spec_from_file_location("_llamacore_lcp_python", ROOT / "vendor/lcp_python.py")
+    lcp_python = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lcp_python)
+    if not lcp_python.sdist_path().exists():
+        return None
+    return lcp_python.environment(dest)
+
+
+class Side:
+    """A child process holding one Llama."""
+
+    def __init__(self, name: str, impl: str, cfg: dict, env: dict[str, str]) -> None:
+        self.name = name
+        self.proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve())], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, env=env,
+                                     cwd=env.get("PYTHONPATH", str(ROOT)))
+        self._send({**cfg, "impl": impl})
+        if not self._recv().get("ready"):
+            raise RuntimeError(f"{name} did not start")
+
+    def _send(self, obj: dict) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(obj) + "\n")
+        self.proc.stdin.flush()
+
+    def _recv(self) -> dict:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"{self.name} exited with {self.proc.wait()}")
+        return json.loads(line)
+
+    def complete(self, prompt: list[int] | str, n_gen: int, reset: bool = False) -> dict:
+        self._send({"prompt": prompt, "n_gen": n_gen, "reset": reset})
+        return self._recv()
+
+    def close(self) -> None:
+        if self.proc.stdin:
+            self.proc.stdin.close()
+        self.proc.wait(timeout=60)
 
 
 def build(cfg: dict):
@@ -37,6 +88,8 @@ def main() -> None:
     for line in sys.stdin:
         req = json.loads(line)
         before = (getattr(llm, "n_drafted", 0), getattr(llm, "n_accepted", 0))
+        if req.get("reset"):
+            llm.reset()
         started = time.perf_counter()
         out = llm.create_completion(req["prompt"], max_tokens=req["n_gen"], temperature=0.0)
         wall = time.perf_counter() - started
