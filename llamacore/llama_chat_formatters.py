@@ -4,24 +4,26 @@ The named `format_*` functions write the prompt text llama-cpp-python 0.3.x writ
 messages, quirks included (they are what code moving over from it was tuned against): most add a
 system block even when there is no system message, several drop roles they have no name for, and
 `format_open_orca` and `format_intel` ignore the conversation's system message. For a model's own
-Jinja template, use `Jinja2ChatFormatter` or `hf_tokenizer_config_to_chat_formatter`; both render
-in llamacore's sandbox (llamacore.chat_format.render_chat).
+Jinja template, use `Jinja2ChatFormatter` or `hf_tokenizer_config_to_chat_formatter`
+(llamacore.llama_chat_jinja, re-exported here).
 
 llamacore.llama_chat_format registers each of them under its chat_format name.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
-import numpy as np
-import numpy.typing as npt
-
-from llamacore.chat_format import _compile, render_chat
-from llamacore.processors import StoppingCriteriaList
+from llamacore.llama_chat_jinja import (
+    ChatFormatter,
+    ChatFormatterResponse,
+    Jinja2ChatFormatter,
+    Messages,
+    hf_autotokenizer_to_chat_formatter,
+    hf_tokenizer_config_to_chat_formatter,
+)
 
 __all__ = [
     "FORMATTERS", "ChatFormatter", "ChatFormatterResponse", "Jinja2ChatFormatter",
@@ -34,112 +36,6 @@ __all__ = [
 ]
 
 _log = logging.getLogger("llamacore")
-
-Messages = Sequence[Mapping[str, Any]]
-
-
-@dataclasses.dataclass
-class ChatFormatterResponse:
-    """A formatted prompt, the stop string(s) its format implies, optional stopping criteria, and
-    whether the prompt already holds the BOS text (then tokenize it without adding one)."""
-
-    prompt: str
-    stop: str | list[str] | None = None
-    stopping_criteria: StoppingCriteriaList | None = None
-    added_special: bool = False
-
-
-class ChatFormatter(Protocol):
-    def __call__(self, *, messages: Messages, **kwargs: Any) -> ChatFormatterResponse: ...
-
-
-class Jinja2ChatFormatter:
-    """A HuggingFace-style Jinja chat template as a ChatFormatter; the prompt stops at `eos_token`,
-    and, given `stop_token_ids`, when the last token of the context is one of them."""
-
-    def __init__(self, template: str, eos_token: str, bos_token: str, add_generation_prompt: bool = True,
-                 stop_token_ids: list[int] | None = None) -> None:
-        self.template = template
-        self.eos_token = eos_token
-        self.bos_token = bos_token
-        self.add_generation_prompt = add_generation_prompt
-        self.stop_token_ids = set(stop_token_ids) if stop_token_ids is not None else None
-        _compile(template)                      # a broken template fails here, not at the first call
-
-    def __call__(self, *, messages: Messages, functions: list | None = None, function_call: Any = None,
-                 tools: list | None = None, tool_choice: Any = None, **kwargs: Any) -> ChatFormatterResponse:
-        prompt = render_chat(self.template, [dict(m) for m in messages], bos_token=self.bos_token,
-                             eos_token=self.eos_token, add_generation_prompt=self.add_generation_prompt,
-                             tools=tools, functions=functions, function_call=function_call,
-                             tool_choice=tool_choice, **kwargs)
-        criteria = None
-        if self.stop_token_ids is not None:
-            stop_ids = self.stop_token_ids
-
-            def last_token_stops(tokens: npt.NDArray[np.intc], logits: npt.NDArray[np.single]) -> bool:
-                return len(tokens) > 0 and int(tokens[-1]) in stop_ids
-
-            criteria = StoppingCriteriaList([last_token_stops])
-        return ChatFormatterResponse(prompt=prompt, stop=[self.eos_token], stopping_criteria=criteria,
-                                     added_special=True)
-
-    def to_chat_handler(self) -> Callable[..., Any]:
-        from llamacore.llama_chat_format import chat_formatter_to_chat_completion_handler
-
-        return chat_formatter_to_chat_completion_handler(self)
-
-
-def _token_text(config: Mapping[str, Any], name: str) -> str:
-    """A special token of a tokenizer_config.json: a string, or an AddedToken object with 'content'."""
-    value = config.get(name)
-    if isinstance(value, Mapping):
-        value = value.get("content")
-    if not isinstance(value, str):
-        raise ValueError(f"tokenizer_config needs {name!r} as a string (or an object with 'content')")
-    return value
-
-
-def hf_tokenizer_config_to_chat_formatter(tokenizer_config: dict[str, Any],
-                                          add_generation_prompt: bool = True) -> ChatFormatter:
-    """A formatter from a HuggingFace tokenizer_config.json (its chat_template, bos_token, eos_token).
-
-    As llama-cpp-python's: the template is rendered without `add_generation_prompt` set, and
-    `add_generation_prompt` appends an empty assistant message to the conversation instead.
-    """
-    if not isinstance(tokenizer_config, dict):
-        raise ValueError("tokenizer_config must be a dict (the parsed tokenizer_config.json)")
-    template = tokenizer_config.get("chat_template")
-    if not isinstance(template, str):
-        raise ValueError("tokenizer_config needs a 'chat_template' string")
-    bos, eos = _token_text(tokenizer_config, "bos_token"), _token_text(tokenizer_config, "eos_token")
-    _compile(template)
-
-    def format_tokenizer_config(*, messages: Messages, **kwargs: Any) -> ChatFormatterResponse:
-        turns = [dict(m) for m in messages]
-        if add_generation_prompt:
-            turns.append({"role": "assistant", "content": ""})
-        generation = kwargs.pop("add_generation_prompt", False)
-        prompt = render_chat(template, turns, bos_token=bos, eos_token=eos, add_generation_prompt=generation,
-                             **kwargs)
-        return ChatFormatterResponse(prompt=prompt, stop=[eos, bos], added_special=True)
-
-    return format_tokenizer_config
-
-
-def hf_autotokenizer_to_chat_formatter(pretrained_model_name_or_path: Any) -> ChatFormatter:
-    """A formatter using `transformers.AutoTokenizer.from_pretrained(...).apply_chat_template`."""
-    from llamacore.llama_tokenizer import auto_tokenizer
-
-    tokenizer = auto_tokenizer().from_pretrained(pretrained_model_name_or_path)
-
-    def format_autotokenizer(*, messages: Messages, **kwargs: Any) -> ChatFormatterResponse:
-        tokenizer.use_default_system_prompt = False
-        prompt = tokenizer.apply_chat_template(list(messages), tokenize=False, **kwargs)
-        if not isinstance(prompt, str):
-            raise TypeError(f"apply_chat_template returned {type(prompt).__name__}, expected str")
-        return ChatFormatterResponse(prompt=prompt, stop=tokenizer.eos_token, added_special=True)
-
-    return format_autotokenizer
 
 
 # -- the named formats ---------------------------------------------------------------------------

@@ -25,9 +25,7 @@ from llamacore.reasoning import REASONING_FORMATS, REASONING_MODES
 from llamacore.rpc import parse_endpoint
 
 ISOLATION_MODES = ("thread", "process")
-# chosen by measurement (benchmarks/bench_isolation.py): process would be the default if it kept
-# >= 97% of thread's throughput at 8 clients and added <= 2 ms to TTFT; measured 0.90-1.02 there
-DEFAULT_ISOLATION = "thread"
+DEFAULT_ISOLATION = "thread"     # by measurement: benchmarks/bench_isolation.py (the rule: README, Crash isolation)
 UNKNOWN_MODEL_POLICIES = ("error", "default")     # a request naming no configured model: 404, or the default
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*(?:([kmgtp])(i)?)?(b)?\s*$", re.IGNORECASE)
