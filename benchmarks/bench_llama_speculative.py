@@ -15,7 +15,9 @@ the two libraries near-ties of these random-weight models may break differently.
 
 Workloads (benchmarks/bench_speculative.py's prompts): "rewrite" (the model's own text, lightly
 changed, to rewrite) on the f16 target and on its "copy" model (attention outputs zeroed: it repeats
-its context, so prompt lookup finds long matches), and "story" (nothing repeats).
+its context, so prompt lookup finds long matches), "story" (nothing repeats), and "rewrite" on the
+"sibling pair" (speculative_models.py: a target and a draft an eighth of its cost that agree on
+about 80% of tokens; the quantized target as draft costs too much to pay).
 
 Usage: python benchmarks/bench_llama_speculative.py [--model mid] [--reps 5] [--n-gen 160] [--threads N]
        [--draft-dtype auto|q4_0|q8_0|q5_0] [--json OUT]
@@ -34,7 +36,7 @@ from bench_speculative import CHANGE_EVERY, INSTRUCTION, REWRITE_TAIL, STORY
 from models import ensure_model  # also puts the checkout on sys.path
 from peer_tools import ROOT
 from llama_side import Side, lcp_environment
-from speculative_models import copy_model, draft_model
+from speculative_models import copy_model, draft_model, sibling_pair
 
 N_CTX = 1024
 
@@ -112,12 +114,18 @@ def main(argv: list[str] | None = None) -> dict:
             report["notes"].append("llama-cpp-python's sdist is not cached: its sides are left out")
         texts = prompts(target, args.threads, args.n_gen)
         copy_texts = prompts(copy, args.threads, args.n_gen)
+        sibling, sibling_draft = sibling_pair(args.model)
+        sibling_texts = prompts(sibling, args.threads, args.n_gen)
         report["workloads"] = {
             "rewrite": run_workload("rewrite", target, draft, texts["rewrite"], args, lcp_env),
             "story": run_workload("story", target, draft, texts["story"], args, lcp_env),
             "rewrite, copy model": run_workload("rewrite, copy model", copy, draft, copy_texts["rewrite"], args,
                                                 lcp_env),
+            # the draft-model workload: a draft that costs an eighth of the target and mostly agrees
+            "rewrite, sibling pair": run_workload("rewrite, sibling pair", sibling, sibling_draft,
+                                                  sibling_texts["rewrite"], args, lcp_env),
         }
+        report["sibling_draft_model"] = sibling_draft.name
     show(report)
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2))

@@ -159,7 +159,8 @@ def vision_rows(vis: dict) -> list[Row]:
 SPEC_MODES = {"plain": "plain decoding", "ngram": "prompt lookup", "draft": "draft model"}
 SPEC_PEERS = {"plain": "llama-server", "ngram": "llama-server ngram-simple", "draft": "llama-server draft-simple"}
 SPEC_WORKLOADS = {"random/rewrite": "rewrite prompt", "random/story": "non-repetitive prompt",
-                  "copy/rewrite": "rewrite prompt, copy model"}
+                  "copy/rewrite": "rewrite prompt, copy model", "sibling/rewrite": "rewrite prompt, sibling pair",
+                  "sibling/story": "non-repetitive prompt, sibling pair"}
 
 
 def llama_speculative_rows(spec: dict) -> list[Row]:
@@ -205,9 +206,11 @@ def speculative_rows(spec: dict) -> list[Row]:
 def speculative_targets(spec: dict) -> list[str]:
     parts = [f"{t['what']} **{t['value']:.2f}**x (target >= {t['target']}, {'met' if t['met'] else 'not met'})"
              if t["value"] is not None else f"{t['what']} n/a" for t in spec["targets"]]
-    cost = spec.get("draft_cost") or {}
-    tail = (f" A draft token costs {cost['ratio']:.2f} of a target token here (llama-bench tg32: "
-            f"{cost['target_tok_s']:.1f} vs {cost['draft_tok_s']:.1f} tok/s)." if cost else "")
+    tail = ""
+    for key, what in (("draft_cost", "the quantized target as draft"), ("sibling_draft_cost", "the sibling draft")):
+        if cost := spec.get(key):
+            tail += (f" A token of {what} costs {cost['ratio']:.2f} of a target token (llama-bench tg32: "
+                     f"{cost['target_tok_s']:.1f} vs {cost['draft_tok_s']:.1f} tok/s).")
     return ["Targets, llamaserve's tokens/s over its plain decoding: " + "; ".join(parts) + "." + tail, ""]
 
 
@@ -297,7 +300,7 @@ def headline(results: dict) -> list[Row]:
         rows += vision_rows(vis)[:1]
     if spec := _result(results, "speculative"):
         rows += [r for r in speculative_rows(spec) if r[0] in ("rewrite prompt, copy model: prompt lookup (tok/s)",
-                                                               "rewrite prompt: draft model (tok/s)")]
+                                                               "rewrite prompt, sibling pair: draft model (tok/s)")]
     rows += [r for r in load_rows(results) if r[0] in ("cold load + first token", "model switch: TTFT, model not loaded")]
     if rss := _result(results, "rss_idle"):
         rows += rss_rows(rss)[-2:]

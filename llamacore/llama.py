@@ -28,6 +28,7 @@ from llamacore.completion import Completions
 from llamacore.embedding import Embeddings, sequences_per_decode
 from llamacore.llama_cache import BaseLlamaCache, CacheAndState, longest_token_prefix
 from llamacore.llama_hub import download
+from llamacore.draft_pacing import DraftPacing
 from llamacore.llama_speculative import draft_source
 from llamacore.llama_options import check_unsupported, context_options, is_vision_handler, numa_strategy, option_name
 from llamacore.llama_tokenizer import LlamaTokenizer
@@ -205,9 +206,7 @@ class Llama(TokenLevel, CacheAndState, Completions, ChatMethods, Embeddings):
         self._drafter = draft_source(draft_model, self)
         self.n_drafted = 0                       # draft tokens decoded, and how many of them were kept
         self.n_accepted = 0
-        self._draft_misses = 0                   # drafts in a row refused from their first token
-        self._draft_rest = 0                     # steps left without drafting (after such misses)
-        self._draft_len = 2                      # the longest draft now: doubles while drafts are right
+        self._pacing = DraftPacing(most=64)      # draft lengths, and rests where drafting does not pay
         self._adapters: dict[str, LoraAdapter] = {}
         self._scales: dict[str, float] = {}
         adapters = dict(lora_adapters or {})

@@ -81,7 +81,8 @@ class LlamaPromptLookupDecoding(LlamaDraftModel):
 
 
 class LlamaModelDraft(LlamaDraftModel):
-    """Greedy drafts from a small `Llama` of the same vocabulary (its context keeps the prefix)."""
+    """Greedy drafts from a small `Llama` of the same vocabulary (its context keeps the prefix);
+    `max_tokens` (Llama passes how long the draft may be) saves decoding drafts that are cut."""
 
     def __init__(self, llama: Llama, num_pred_tokens: int = 8) -> None:
         self.llama = llama
@@ -90,16 +91,18 @@ class LlamaModelDraft(LlamaDraftModel):
     def __call__(self, input_ids: npt.NDArray[np.intc], /, **kwargs: Any) -> npt.NDArray[np.intc]:
         llm = self.llama
         ids = [int(t) for t in input_ids]
-        room = llm.ctx.n_ctx - len(ids) - 1
+        room = min(llm.ctx.n_ctx - len(ids) - 1, int(kwargs.get("max_tokens", self.num_pred_tokens)))
         if room <= 0:
             return np.empty(0, dtype=np.intc)
-        out = []
+        out: list[int] = []
         llm._eval(ids)
-        for _ in range(min(self.num_pred_tokens, room)):
+        while True:
             token = int(np.argmax(llm.ctx.logits(-1)))
             if llm.model.is_eog(token):
                 break
             out.append(token)
+            if len(out) >= min(self.num_pred_tokens, room):
+                break                    # the last draft is decoded with the next call's tokens, if kept
             llm._append([token])
         return np.asarray(out, dtype=np.intc)
 

@@ -7,6 +7,7 @@ own: sequence 0 of the context and the tokens whose KV entries it holds (`_cache
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Generator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -16,6 +17,7 @@ import numpy.typing as npt
 
 from llamacore._core import Batch
 from llamacore.llama_grammar import LlamaGrammar
+from llamacore.llama_speculative import LlamaModelDraft
 from llamacore.multimodal import MediaTokens, decode_image, image_boundary, images_of
 from llamacore.prefix import AdapterKey, reusable_prefix
 from llamacore.processors import LogitsProcessor, StoppingCriteria, apply_processor
@@ -23,6 +25,7 @@ from llamacore.sampling import SamplingParams, check_tfs_z
 
 if TYPE_CHECKING:
     from llamacore._core import Context, Model, Projector
+    from llamacore.draft_pacing import DraftPacing
 
 _MIXED: AdapterKey = (("<entries computed under different adapter sets>", 0.0),)   # matches no adapter set
 
@@ -39,9 +42,7 @@ class TokenLevel:
         projector: Projector | None
         logits_all: bool
         _drafter: Any
-        _draft_rest: int
-        _draft_misses: int
-        _draft_len: int
+        _pacing: DraftPacing
         n_drafted: int
         n_accepted: int
 
@@ -216,7 +217,13 @@ class TokenLevel:
             return (not ignore_eos and model.is_eog(token)) or len(self._cached) >= n_ctx
 
         produced, row = 0, -1                   # row: the batch output the next token is sampled from
+        step: tuple[int, int, int] | None = None        # the last step's tokens, drafted, accepted
+        step_started = time.perf_counter()
         while produced < max_tokens:
+            if step is not None and drafter is not None:    # each step's speed tells whether drafts pay
+                now = time.perf_counter()
+                self._pacing.record(*step, now - step_started)
+                step_started = now
             if logits_processor is not None:
                 apply_processor(logits_processor, self._cached, ctx.logits(-1))
             token = sampler.sample(ctx, row)
@@ -233,6 +240,7 @@ class TokenLevel:
             if scores is not None:
                 scores[pos] = ctx.logits(-1)
             row = len(draft) if draft else -1
+            step = (1, len(draft), len(draft))
             for k, guess in enumerate(draft):  # the logits after the token, then after each draft in turn
                 sampled = sampler.sample(ctx, k)
                 produced += 1
@@ -241,11 +249,9 @@ class TokenLevel:
                     self._cached.append(guess)  # its KV is in place
                     continue
                 ctx.kv_remove(0, len(self._cached), -1)     # the drafts from here on were not confirmed
-                self.n_accepted += k
-                self._draft_misses = self._draft_misses + 1 if k == 0 else 0
-                self._draft_rest = min(64, 2 ** self._draft_misses) if k == 0 else 0
-                self._draft_len = k + 1         # drafts as long as what was right, plus one
+                step = (k + 2, len(draft), k)
                 if stops(sampled):
+                    self.n_accepted += k
                     return
                 batch.clear()                   # the token sampled instead is decoded on its own
                 batch.add(sampled, len(self._cached), 0, True)
@@ -254,21 +260,18 @@ class TokenLevel:
                 row = -1
                 break
             else:
-                self.n_accepted += len(draft)
-                self._draft_misses = 0
-                if draft:
-                    self._draft_len = min(64, 2 * self._draft_len)     # all right: draft further
+                step = (1 + len(draft), len(draft), len(draft))
+            self.n_accepted += step[2]
 
     def _draft(self, drafter: Any, token: int, room: int) -> list[int]:
         """Draft tokens after the cached ones and `token` (up to `room`), counted in n_drafted; none
-        while resting after drafts that were all refused (each refused draft costs a batch row)."""
-        if drafter is None or room <= 0:
+        while the pacing rests (where drafts have not paid for themselves)."""
+        if drafter is None or room <= 0 or not self._pacing.may_draft():
             return []
-        if self._draft_rest > 0:
-            self._draft_rest -= 1
-            return []
-        room = min(room, self._draft_len)
-        proposal = drafter(np.asarray([*self._cached, token], dtype=np.intc))
+        room = min(room, self._pacing.limit())
+        ids = np.asarray([*self._cached, token], dtype=np.intc)
+        # only our draft-model drafter takes the length (llama-cpp-python's drafters take the ids alone)
+        proposal = drafter(ids, max_tokens=room) if isinstance(drafter, LlamaModelDraft) else drafter(ids)
         draft = [int(t) for t in proposal[:room] if 0 <= int(t) < self.model.n_vocab]
         self.n_drafted += len(draft)
         return draft

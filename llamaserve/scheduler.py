@@ -35,20 +35,26 @@ from the draft, so the accepted tokens are exactly what one-at-a-time decoding w
 from __future__ import annotations
 
 import enum
+import logging
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from llamacore.draft_pacing import DraftPacing
 from llamacore.events import EngineEvent, Failed, Finished, FinishReason, Token
 from llamacore.multimodal import image_boundary
 from llamacore.prefix import AdapterKey, common_prefix, reusable_prefix
-from llamaserve.speculative import DraftIndex, Drafter, DraftPacing
+from llamaserve.speculative import DraftIndex, Drafter
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from llamacore._core import ImageChunk
     from llamacore.logprobs import TokenLogprob
     from llamacore.sampling import SamplingParams
+
 
 @dataclass(eq=False)
 class GenRequest:
@@ -161,6 +167,7 @@ class Scheduler:
         self.drafted = 0                 # draft tokens decoded, and how many of them were accepted
         self.accepted = 0
         self.verified = 0                # decode steps that verified a draft
+        self._step_started = 0.0         # when the step being decoded was planned (drafting included)
 
     @property
     def running(self) -> list[Slot]:
@@ -208,7 +215,8 @@ class Scheduler:
             del slot.cached[keep:]
             if source is not None:
                 slot.cached = list(req.tokens[:shared])
-            slot.adapters, slot.req, slot.generated, slot.pacing = req.adapters, req, 0, DraftPacing()
+            slot.adapters, slot.req, slot.generated = req.adapters, req, 0
+            slot.pacing = DraftPacing(most=self.drafter.n_draft if self.drafter else 0)
             slot.ngrams = self.drafter.index(slot.seq) if self.drafter else None
             slot.pending = list(req.tokens[len(slot.cached):])
             slot.state = SlotState.PREFILLING
@@ -255,6 +263,7 @@ class Scheduler:
         slots = self.running
         if not slots:
             return None
+        self._step_started = time.perf_counter()
         slots.sort(key=lambda s: s.state is SlotState.PREFILLING)     # generating first: one token each
         budget = self.n_batch
         rows: list[Row] = []
@@ -290,11 +299,16 @@ class Scheduler:
         """Draft tokens after a generating sequence's next token, in what the prompts leave of the budget."""
         if self.drafter is None or slot.state is not SlotState.GENERATING or slot.req is None:
             return []
-        room = min(room, slot.pacing.length, self.n_ctx_seq - len(slot.cached) - 2,
+        room = min(room, slot.pacing.limit(), self.n_ctx_seq - len(slot.cached) - 2,
                    slot.req.max_tokens - slot.generated - 1)
         if room <= 0 or slot.ngrams is None or not slot.pacing.may_draft():
             return []
-        proposal = slot.ngrams.propose(slot.cached + take, room)
+        try:
+            proposal = slot.ngrams.propose(slot.cached + take, room)
+        except Exception:                       # a draft is only a guess: the answer goes on without
+            log.exception("drafting failed for sequence %d; this request continues without drafts", slot.seq)
+            slot.ngrams = None
+            return []
         return proposal[:next((i for i, t in enumerate(proposal) if t < 0), len(proposal))]   # no image rows
 
     def on_sampled(self, plan: StepPlan, sampled: list[Sampled | list[Sampled] | BaseException]) -> Emitted:
@@ -303,6 +317,10 @@ class Scheduler:
         error sampling raised). Afterwards a slot's `cached` is what its KV must keep: the
         executor removes the positions of rejected drafts."""
         events: Emitted = []
+        # a step's speed tells each sequence whether its drafts pay (llamacore.draft_pacing); a step
+        # that also decodes a prompt says nothing about that
+        decoding_only = all(len(r.tokens) == 1 + r.n_draft for r in plan.rows)
+        seconds = time.perf_counter() - self._step_started
         for row, result in zip(plan.sample, sampled):
             slot, req = row.slot, row.slot.req
             draft = row.draft
@@ -324,12 +342,24 @@ class Scheduler:
                 break
             if slot.req is req and not slot.pending:    # the last accepted draft was not followed up
                 slot.pending = [slot.cached.pop()]
+            if slot.req is req and slot.ngrams is not None and len(row.tokens) > 1 + len(draft):
+                self._follow(slot)
             if draft:
                 self.drafted += len(draft)
                 self.verified += 1
                 self.accepted += accepted
-                slot.pacing.verified(accepted, len(draft), self.drafter.n_draft if self.drafter else 0)
+            if self.drafter is not None and decoding_only:
+                slot.pacing.record(1 + accepted, len(draft), accepted, seconds)
         return events
+
+    def _follow(self, slot: Slot) -> None:
+        """A prompt's last chunk was decoded: the drafter reads the prompt now (see DraftIndex.follow)."""
+        try:
+            if slot.ngrams is not None:
+                slot.ngrams.follow(slot.cached + slot.pending)
+        except Exception:
+            log.exception("the drafter could not read the prompt of sequence %d; no drafts for it", slot.seq)
+            slot.ngrams = None
 
     def _feed(self, slot: Slot, req: GenRequest, s: Sampled, events: Emitted) -> bool:
         """One sampled token for `slot`; False once its request has ended."""

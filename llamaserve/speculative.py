@@ -6,8 +6,8 @@ earlier occurrence of the sequence's last n tokens and propose what followed it.
 decodes the drafts with the sequence's next token in the same batch and keeps those its own
 sampler would have picked, so the output is what plain decoding gives.
 
-Pure Python: the scheduler asks `PromptLookup` for drafts; `DraftPacing` stops drafting for a
-sequence whose drafts keep being rejected (each rejected token costs a batch row).
+Pure Python: the scheduler asks `PromptLookup` for drafts, and a sequence's
+`llamacore.draft_pacing.DraftPacing` decides how many and whether drafting pays at all.
 """
 
 from __future__ import annotations
@@ -21,6 +21,10 @@ class DraftIndex(Protocol):
     """One sequence's drafter: proposals after its growing context."""
 
     def propose(self, context: Sequence[int], limit: int) -> list[int]: ...
+
+    def follow(self, context: Sequence[int]) -> bool:
+        """Take in `context` now, before the first proposal after it (a prompt just decoded)."""
+        ...
 
 
 class Drafter(Protocol):
@@ -86,6 +90,10 @@ class NgramIndex:
                 return tokens[start + n:start + n + limit]
         return []
 
+    def follow(self, context: Sequence[int]) -> bool:
+        self._sync(context)
+        return True
+
     def _sync(self, context: Sequence[int]) -> None:
         known = len(self.tokens)
         if len(context) < known or context[known - 1:known] != self.tokens[known - 1:]:
@@ -98,28 +106,3 @@ class NgramIndex:
             for n, table in self.starts.items():
                 if p >= n:
                     table[tuple(tokens[p - n:p])] = p - n
-
-
-@dataclass
-class DraftPacing:
-    """How much one sequence drafts: drafts start short, double while they are all accepted and
-    shrink to what was accepted; after `patience` verifications in a row that accept nothing, no
-    drafts for `cooldown` steps (on text that does not repeat, rejected rows would cost every step)."""
-
-    patience: int = 2
-    cooldown: int = 32
-    length: int = 2
-    misses: int = 0
-    resting: int = 0
-
-    def may_draft(self) -> bool:
-        if self.resting > 0:
-            self.resting -= 1
-            return False
-        return True
-
-    def verified(self, accepted: int, drafted: int, most: int) -> None:
-        self.length = min(most, 2 * self.length) if accepted == drafted else max(1, accepted + 1)
-        self.misses = 0 if accepted else self.misses + 1
-        if self.misses >= self.patience:
-            self.misses, self.resting = 0, self.cooldown

@@ -60,7 +60,7 @@ def test_prompt_lookup_gives_the_plain_answers(tiny_model_path):
 def test_the_model_itself_as_draft_is_always_right(tiny_model_path, plain):
     out, drafted, accepted = serve(tiny_model_path, DraftModelSpec(str(tiny_model_path), n_draft=4))
     assert out == plain
-    assert drafted > 20 and accepted == drafted       # greedy drafts of the same model all pass
+    assert drafted > 0 and accepted == drafted        # greedy drafts of the same model all pass
 
 
 def test_another_model_as_draft_changes_nothing(tiny_model_path, tiny_models_dir, plain):
@@ -72,9 +72,21 @@ def test_another_model_as_draft_changes_nothing(tiny_model_path, tiny_models_dir
 
 
 def test_p_min_stops_unsure_drafts(tiny_model_path, plain):
-    _, all_drafted, _ = serve(tiny_model_path, DraftModelSpec(str(tiny_model_path), n_draft=4))
-    out, drafted, _ = serve(tiny_model_path, DraftModelSpec(str(tiny_model_path), n_draft=4, p_min=0.9))
-    assert out == plain and drafted < all_drafted
+    from llamacore import Model
+    from llamaserve.draft_model import DraftModel
+
+    out, _, _ = serve(tiny_model_path, DraftModelSpec(str(tiny_model_path), n_draft=4, p_min=0.9))
+    assert out == plain
+    target = Model(str(tiny_model_path))
+
+    def proposals(p_min):
+        draft = DraftModel(DraftModelSpec(str(tiny_model_path), n_draft=4, p_min=p_min), target,
+                           n_seq=1, n_ctx_seq=256, n_threads=N_THREADS)
+        return [draft.index(0).propose(prompt, 4) for prompt in PROMPTS]
+
+    sure, every = proposals(0.9), proposals(0.0)
+    assert all(len(d) == 4 for d in every)
+    assert all(s == d[:len(s)] for s, d in zip(sure, every)) and sum(map(len, sure)) < sum(map(len, every))
 
 
 def test_a_draft_with_another_vocabulary_is_refused(tiny_model_path, tmp_path):

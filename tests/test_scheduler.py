@@ -328,6 +328,7 @@ def test_drafts_ride_with_the_next_token_and_only_accepted_ones_stay():
     sched.add(log.request("r", [1, 5, 6, 7, 8, 9, 10, 11, 5, 6], max_tokens=20))
     sched.admit()
     sched.slots[0].pacing.length = 4                # as after accepted drafts
+    sched.slots[0].pacing.plain_rate = 100.0        # as after a plain step (drafting starts after one)
     # the prompt ends with "5 6", which occurred before followed by 7 8 9 10
     step(sched, log, token=7)                       # prefill, samples 7; context ... 5 6 | 7
     plan = sched.schedule()
@@ -350,6 +351,7 @@ def test_drafts_never_pass_max_tokens_nor_take_budget_from_prompts():
     sched, log = Scheduler(2, n_batch=8, n_ctx_seq=256, drafter=PromptLookup(n_draft=8, ngram=2)), Log()
     sched.add(log.request("g", [1, 2, 3, 1, 2], max_tokens=3))
     step(sched, log, token=3)                       # generated 1; 2 more allowed
+    sched.slots[0].pacing.plain_rate = 100.0        # as after a plain step (drafting starts after one)
     sched.add(log.request("p", list(range(40, 46)), max_tokens=1))
     sched.admit()
     plan = sched.schedule()
@@ -359,20 +361,68 @@ def test_drafts_never_pass_max_tokens_nor_take_budget_from_prompts():
     assert sum(len(r.tokens) for r in plan.rows) <= 8
 
 
-def test_pacing_rests_after_rejected_drafts():
-    from llamaserve.speculative import DraftPacing
+def test_pacing_follows_what_was_kept_and_rests_after_refused_drafts():
+    from llamacore.draft_pacing import DraftPacing
 
-    pacing = DraftPacing(patience=2, cooldown=3, length=2)
-    pacing.verified(2, 2, most=8)                   # all accepted: drafts get longer
-    pacing.verified(4, 4, most=8)
+    pacing = DraftPacing(most=8, patience=2, rest_min=3)
+    assert not pacing.may_draft()                   # a plain step first: the yardstick
+    pacing.record(1, 0, 0, 0.010)
+    assert pacing.may_draft()
+    pacing.record(3, 2, 2, 0.012)                   # all kept: drafts get longer
+    pacing.record(5, 4, 4, 0.013)
     assert pacing.length == 8
-    pacing.verified(3, 8, most=8)                   # some accepted: as long as what was accepted, +1
+    pacing.record(4, 8, 3, 0.015)                   # some kept: as long as what was kept, +1
     assert pacing.length == 4
-    for _ in range(2):
+    for _ in range(2):                              # refused from the first token twice: a rest
         assert pacing.may_draft()
-        pacing.verified(0, 4, most=8)
-    assert pacing.length == 1
+        pacing.record(1, 4, 0, 0.011)
+    assert pacing.length == 1                       # after it, one-token drafts first
     assert [pacing.may_draft() for _ in range(4)] == [False, False, False, True]
+
+
+def test_pacing_rests_where_drafts_cost_more_than_they_keep():
+    """A draft that is often right but costs nearly a target step (the target itself, say) is
+    slower than plain decoding: the pacing rests, longer each time in a row, and starts short
+    again once drafting pays."""
+    from llamacore.draft_pacing import DraftPacing
+
+    pacing = DraftPacing(most=4, trial=2, rest_min=4, rest_max=64)
+    pacing.record(1, 0, 0, 0.010)                   # plain: 100 tokens/s
+    rests = []
+    for _ in range(3):
+        assert pacing.may_draft()
+        pacing.record(3, 4, 2, 0.500)               # the drafter catches up first: not judged
+        for _ in range(2):
+            assert pacing.may_draft()
+            pacing.record(3, 4, 2, 0.050)           # 2 of 4 kept, 60 tokens/s
+        rests.append(sum(not pacing.may_draft() for _ in range(100)))
+    assert rests == [4, 16, 64]
+    drafted = []
+    for _ in range(100):                            # a cheap draft now (250 tokens/s): once its steps
+        if pacing.may_draft():                      # outweigh the old ones, drafting pays again
+            pacing.record(5, 4, 4, 0.020)
+            drafted.append(True)
+        else:
+            pacing.record(1, 0, 0, 0.010)
+            drafted.append(False)
+    assert all(drafted[-20:]) and pacing.next_rest == 4
+
+
+def test_pacing_keeps_the_draft_length_that_gives_the_most_tokens_per_second():
+    """Steps of 1 + n rows need not cost in proportion to n: the length is held where the measured
+    tokens/s peak, one longer being tried."""
+    from llamacore.draft_pacing import DraftPacing
+
+    pacing = DraftPacing(most=8, trial=100)
+    pacing.record(1, 0, 0, 0.010)
+    pacing.record(1, 2, 0, 0.030)                   # catching up (nothing kept: length 1)
+    cost = {1: 0.012, 2: 0.013, 3: 0.014, 4: 0.030}     # seconds of a step by drafted tokens
+    lengths = []
+    for _ in range(12):
+        n = pacing.limit()
+        lengths.append(n)
+        pacing.record(n + 1, n, n, cost[min(n, 4)])    # every draft kept
+    assert lengths[:4] == [1, 2, 3, 4] and set(lengths[4:]) == {3}
 
 
 def test_prompt_lookup_prefers_the_longest_latest_match():
@@ -382,3 +432,25 @@ def test_prompt_lookup_prefers_the_longest_latest_match():
     assert look.propose([1, 2, 3, 9, 9, 2, 3, 8, 1, 2, 3], 10) == [9, 9, 2]     # "1 2 3" beats "2 3"
     assert look.propose([5, 6, 7, 8], 10) == []                                 # nothing repeats
     assert look.propose([4, 5, 1, 4, 5], 1) == [1]                               # limited by room
+
+
+def test_a_failing_drafter_costs_the_request_nothing_but_its_drafts(caplog):
+    class Broken:
+        n_draft = 4
+
+        def index(self, seq=0):
+            return self
+
+        def follow(self, context):
+            return True
+
+        def propose(self, context, limit):
+            raise RuntimeError("draft context full")
+
+    sched, log = Scheduler(1, n_batch=64, n_ctx_seq=256, drafter=Broken()), Log()
+    sched.add(log.request("r", [1, 2, 3], max_tokens=6))
+    step(sched, log)
+    sched.slots[0].pacing.plain_rate = 100.0        # as after a plain step: the next step drafts
+    run(sched, log)
+    assert log.tokens.count("r") == 6 and sched.drafted == 0
+    assert "drafting failed" in caplog.text and sched.slots[0].ngrams is None
