@@ -2,7 +2,8 @@
 
 * cold load: ``llamacore.Llama(path)`` (Model + Context) vs llama-cpp-python's ``Llama(path)``, same
   n_ctx and threads, timed to the end of the constructor and to the first generated token (with
-  mmap, weights are paged in by the first decode). Process-cold, not disk-cold: the file sits in
+  mmap, weights are paged in by the first decode); each in a child process of its own, llama-cpp-
+  python's own Python over this build's libllama. Process-cold, not disk-cold: the file sits in
   the OS page cache after the first load (dropping it needs root and disturbs other users).
 * model switch: llamaserve with ``max_loaded_models: 1`` and two models (f16 and q8_0 of one
   size); one client alternates a, a, b, b, ... and the time to first token of a request that
@@ -19,7 +20,6 @@ Usage: python benchmarks/bench_load.py [--model small|mid] [--threads N] [--reps
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import os
 import tempfile
 import time
@@ -28,38 +28,35 @@ from pathlib import Path
 import httpx
 import servers
 from models import ensure_model  # also puts the checkout on sys.path
+from llama_side import ROOT, Side, lcp_environment
 from server_rounds import PROMPT, make_client, one_request, switch_ttfts
 from sides import alternate, medians, ratios, script_main
-
-from llamacore import Llama
 
 IDLE_UNLOAD_S = 2.0
 
 
-def _load(make) -> tuple[float, float]:
-    """(seconds to construct, seconds to construct and generate one token) of ``make()``."""
-    t0 = time.perf_counter()
-    llm = make()
-    loaded = time.perf_counter() - t0
-    llm.create_completion(PROMPT, max_tokens=1, temperature=0)
-    first = time.perf_counter() - t0
-    del llm
-    return loaded, first
-
-
 def cold_load(path: Path, threads: int, reps: int) -> dict:
-    kw = {"n_ctx": 512, "n_threads": threads, "n_threads_batch": threads, "flash_attn": False}
-    makers = {"llamacore": lambda: Llama(path, **kw)}
-    note = None
-    if importlib.util.find_spec("llama_cpp"):
-        import llama_cpp
-        makers["llama-cpp-python"] = lambda: llama_cpp.Llama(str(path), verbose=False, **kw)
-    else:
-        note = "llama-cpp-python not installed: only llamacore is measured"
-    both = alternate({name: (lambda m=m: [_load(m)]) for name, m in makers.items()}, reps)
+    """Each side in a child process (llama_side.py) that keeps its interpreter and imports warm and
+    times new Llama objects; llama-cpp-python is its own Python over this build's libllama
+    (vendor/lcp_python.py), so the two Python layers' load paths are compared over one C library."""
+    cfg = {"model": str(path), "mode": "plain", "draft": None, "threads": threads, "n_ctx": 512}
+    with tempfile.TemporaryDirectory() as tmp:
+        envs = {"llamacore": {**os.environ, "PYTHONPATH": str(ROOT)}}
+        note = None
+        if (lcp_env := lcp_environment(Path(tmp))) is not None:
+            envs["llama-cpp-python"] = lcp_env
+        else:
+            note = "llama-cpp-python's sdist is not cached: only llamacore is measured"
+        sides = {name: Side(name, "llamacore" if name == "llamacore" else "llama_cpp", cfg, env)
+                 for name, env in envs.items()}
+        try:
+            got = alternate({name: (lambda s=s: [s.load(PROMPT)]) for name, s in sides.items()}, reps)
+        finally:
+            for s in sides.values():
+                s.close()
     out: dict = {"note": note}
-    for i, what in enumerate(("load", "load_first_token")):
-        samples = {name: [s[i] for s in v] for name, v in both.items()}
+    for what, key in (("load", "load_s"), ("load_first_token", "first_token_s")):
+        samples = {name: [g[key] for g in v] for name, v in got.items()}
         med = medians(samples)
         out[what] = {"samples_s": samples, "median_s": med, "ratios": ratios(med, "llamacore")}
     return out

@@ -5,7 +5,9 @@ JSON line each; `Side` is the parent's handle on it.
 stdin: a first line {"model", "mode": plain|lookup|draft, "draft", "threads", "n_ctx"}, then lines
 {"prompt": [token ids] or text, "n_gen": N, "reset": bool}; stdout: one JSON line per request
 {"text", "n", "wall_s", "drafted", "accepted"} (the draft counts where the Llama reports them).
-"reset" empties the KV cache first, so the prompt is evaluated again.
+"reset" empties the KV cache first, so the prompt is evaluated again. A line {"load": prompt}
+instead times a new Llama of the first line's settings: {"load_s", "first_token_s"} (its
+constructor, and the constructor plus one generated token), then drops it.
 """
 
 from __future__ import annotations
@@ -58,6 +60,10 @@ class Side:
         self._send({"prompt": prompt, "n_gen": n_gen, "reset": reset})
         return self._recv()
 
+    def load(self, prompt: str) -> dict:
+        self._send({"load": prompt})
+        return self._recv()
+
     def close(self) -> None:
         if self.proc.stdin:
             self.proc.stdin.close()
@@ -81,12 +87,25 @@ def build(cfg: dict):
                  n_threads_batch=cfg["threads"], flash_attn=False, draft_model=draft, verbose=False)
 
 
+def timed_load(cfg: dict, prompt: str) -> dict:
+    started = time.perf_counter()
+    llm = build(cfg)
+    loaded = time.perf_counter() - started
+    llm.create_completion(prompt, max_tokens=1, temperature=0.0)
+    first = time.perf_counter() - started
+    llm.close()
+    return {"load_s": loaded, "first_token_s": first}
+
+
 def main() -> None:
     cfg = json.loads(sys.stdin.readline())
     llm = build(cfg)
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:
         req = json.loads(line)
+        if "load" in req:
+            print(json.dumps(timed_load(cfg, req["load"])), flush=True)
+            continue
         before = (getattr(llm, "n_drafted", 0), getattr(llm, "n_accepted", 0))
         if req.get("reset"):
             llm.reset()
