@@ -26,20 +26,8 @@ from llamaserve.config_adapters import (
     resolve_adapters_dirs,
 )
 from llamaserve.config_checks import LINE_BREAKS, Problems, config_path, path_is, read_gguf
-from llamaserve.config_keys import (
-    DEPRECATED_KEYS,
-    ENTRY_KEYS,
-    LOAD_KEYS,
-    NAME_KEYS,
-    ROOT_KEYS,
-    Check,
-    EnvStr,
-    Invalid,
-    kind_problems,
-    parse_duration,
-    parse_size,
-    suggest,
-)
+from llamaserve.config_keys import DEPRECATED_KEYS, ENTRY_KEYS, LOAD_KEYS, NAME_KEYS, ROOT_KEYS, kind_problems
+from llamaserve.config_values import Check, EnvStr, Invalid, parse_duration, parse_size, suggest
 from llamaserve.config_lcp import translate_lcp_config
 from llamaserve.discovery import discover
 from llamaserve.hub_models import HubFile, hub_ref, is_hub_ref

@@ -13,7 +13,8 @@ from typing import Any
 from llamaserve.adapter_store import REGISTRY_FILE
 from llamaserve.adapters import name_adapters
 from llamaserve.config_checks import Problems, config_path, path_is, read_gguf
-from llamaserve.config_keys import ADAPTER_ITEM_KEYS, Invalid, scale, string, suggest
+from llamaserve.config_keys import ADAPTER_ITEM_KEYS, scale
+from llamaserve.config_values import Invalid, string, suggest
 from llamaserve.settings import ModelEntry
 
 

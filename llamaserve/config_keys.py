@@ -1,15 +1,10 @@
-"""What each config key accepts: value checkers, size and duration parsers, the key tables.
-
-Each checker returns the clean value or raises Invalid with a message that names the expected
-type and the bad value; config.py adds the file and key path, so every message reads the same.
-"""
+"""What each config key accepts: the key tables, and the checkers of structured values (media,
+speculative decoding, sampling defaults, ...) built from config_values.py's."""
 
 from __future__ import annotations
 
-import difflib
 import math
-import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from llamacore.json_grammar import WHITESPACE
@@ -23,128 +18,32 @@ from llamacore.options import (
 )
 from llamacore.reasoning import REASONING_FORMATS, REASONING_MODES
 from llamacore.rpc import parse_endpoint
+from llamaserve.config_values import (
+    Check,
+    Invalid,
+    at_most,
+    boolean,
+    choice,
+    integer,
+    list_of,
+    number,
+    optional,
+    parse_duration,
+    parse_size,
+    string,
+    suggest,
+    via,
+)
 
 ISOLATION_MODES = ("thread", "process")
 DEFAULT_ISOLATION = "thread"     # by measurement: benchmarks/bench_isolation.py (the rule: README, Crash isolation)
 UNKNOWN_MODEL_POLICIES = ("error", "default")     # a request naming no configured model: 404, or the default
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*(?:([kmgtp])(i)?)?(b)?\s*$", re.IGNORECASE)
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*(s|m|h)?\s*$", re.IGNORECASE)
-_DURATION_UNITS = {None: 1, "s": 1, "m": 60, "h": 3600}
-
-
-def parse_size(text: int | str) -> int:
-    """Bytes from an int or "500MB" / "12GiB" / "2G".
-
-    KB, MB, GB, TB are powers of 1000; KiB, MiB, ... and the bare K, M, G, T (as in Docker) of 1024.
-    """
-    if isinstance(text, int) and not isinstance(text, bool) and text >= 0:
-        return text
-    match = _SIZE.match(text) if isinstance(text, str) else None
-    if not match:
-        raise ValueError(f"invalid size {text!r} (use bytes or a number with a unit: 500MB, 12GiB, 2G)")
-    number, prefix, binary, byte = match.groups()
-    exponent = "kmgtp".index(prefix.lower()) + 1 if prefix else 0
-    base = 1000 if prefix and byte and not binary else 1024
-    size = float(number) * base**exponent
-    if not math.isfinite(size):
-        raise ValueError(f"size {str(text)[:40]!r} is too large")
-    return round(size)
-
-
-def parse_duration(value: float | str) -> float:
-    """Seconds from a number or "90s" / "5m" / "1.5h"; "never" is infinity."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
-        return float(value)
-    if isinstance(value, str) and value.strip().lower() == "never":
-        return math.inf
-    match = _DURATION.match(value) if isinstance(value, str) else None
-    if not match:
-        raise ValueError(f"invalid duration {value!r} (use seconds, or a number with s, m or h, or 'never')")
-    return float(match[1]) * _DURATION_UNITS[match[2] and match[2].lower()]
-
-
-class Invalid(Exception):
-    """A value's problem; the caller prefixes the file and key path."""
-
-
-class EnvStr(str):
-    """A string produced by ${VAR} interpolation: numeric and boolean keys may parse it."""
-
-
-Check = Callable[[Any], Any]
-_TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
-
-
-def _int(lo: int | None = None, hi: int | None = None) -> Check:
-    def check(v: Any) -> int:
-        if isinstance(v, EnvStr) and re.fullmatch(r"\s*-?\d+\s*", v):
-            try:
-                v = int(v)
-            except ValueError:      # more digits than int() accepts
-                raise Invalid(f"expected an integer, got {v[:40]!r}...") from None
-        if not isinstance(v, int) or isinstance(v, bool):
-            raise Invalid(f"expected an integer, got {v!r}")
-        if (lo is not None and v < lo) or (hi is not None and v > hi):
-            bound = f"between {lo} and {hi}" if hi is not None else f"at least {lo}"
-            raise Invalid(f"must be {bound}, got {v}")
-        return v
-    return check
-
-
-def _float(lo: float = 0.0) -> Check:
-    def check(v: Any) -> float:
-        if isinstance(v, EnvStr):
-            try:
-                v = float(v)
-            except ValueError:
-                pass
-        if not isinstance(v, (int, float)) or isinstance(v, bool):
-            raise Invalid(f"expected a number, got {v!r}")
-        try:
-            v = float(v)
-        except OverflowError:       # an integer with hundreds of digits
-            raise Invalid("number is too large") from None
-        if math.isnan(v):
-            raise Invalid("expected a number, got nan")
-        if v < lo:
-            raise Invalid(f"must be at least {lo}, got {v}")
-        return v
-    return check
-
-
-def _bool(v: Any) -> bool:
-    if isinstance(v, EnvStr) and v.strip().lower() in _TRUE + _FALSE:
-        return v.strip().lower() in _TRUE
-    if not isinstance(v, bool):
-        raise Invalid(f"expected true or false, got {v!r}")
-    return v
-
-
-def string(v: Any) -> str:
-    """A non-empty string (also used for paths before they are resolved)."""
-    if not isinstance(v, str) or not v:
-        raise Invalid(f"expected a non-empty string, got {v!r}")
-    return str(v)
-
-
-def _choice(options: tuple[str, ...]) -> Check:
-    def check(v: Any) -> str:
-        if v not in options:
-            raise Invalid(f"expected one of {', '.join(options)}, got {v!r}{suggest(v, options)}")
-        return str(v)
-    return check
-
-
-def _optional(check: Check) -> Check:
-    return lambda v: None if v is None else check(v)
-
-
 def _flash_attn(v: Any) -> bool | str:
     if v in FLASH_ATTN:
         return str(v)
     try:
-        return _bool(v)
+        return boolean(v)
     except Invalid:
         raise Invalid(f"expected true, false, {', '.join(FLASH_ATTN[:-1])} or {FLASH_ATTN[-1]}, got {v!r}") from None
 
@@ -153,30 +52,10 @@ def _pooling(v: Any) -> int | str:
     if v in POOLING_TYPES:
         return str(v)
     try:
-        return _int(-1, len(POOLING_TYPES) - 2)(v)
+        return integer(-1, len(POOLING_TYPES) - 2)(v)
     except Invalid:
         raise Invalid(f"expected one of {', '.join(POOLING_TYPES)} (or its number), "
                       f"got {v!r}{suggest(v, POOLING_TYPES)}") from None
-
-
-def _list_of(check: Check, what: str) -> Check:
-    def list_check(v: Any) -> list:
-        if not isinstance(v, list):
-            raise Invalid(f"expected a list of {what}, got {v!r}")
-        return [check(item) for item in v]
-    return list_check
-
-
-def _via(parse: Callable[[Any], Any], positive: bool = False) -> Check:
-    def check(v: Any) -> Any:
-        try:
-            result = parse(v)
-        except (ValueError, TypeError, OverflowError) as e:
-            raise Invalid(str(e)) from None
-        if positive and not result > 0:
-            raise Invalid(f"must be greater than zero, got {v!r}")
-        return result
-    return check
 
 
 def _kv_overrides(v: Any) -> dict:
@@ -190,7 +69,7 @@ def _reasoning(v: Any) -> str:
     """llama-server's --reasoning: on, off or auto (YAML reads a bare on/off as a boolean)."""
     if isinstance(v, bool):
         return "on" if v else "off"
-    return _choice(REASONING_MODES)(v.strip().lower() if isinstance(v, str) else v)
+    return choice(REASONING_MODES)(v.strip().lower() if isinstance(v, str) else v)
 
 
 def _template_kwargs(v: Any) -> dict[str, Any]:
@@ -205,7 +84,7 @@ def _template_kwargs(v: Any) -> dict[str, Any]:
 
 
 def _cors(v: Any) -> tuple[str, ...]:
-    return tuple(_list_of(string, "strings")([v] if isinstance(v, str) else v))
+    return tuple(list_of(string, "strings")([v] if isinstance(v, str) else v))
 
 
 def _folders(v: Any) -> list[str]:
@@ -214,7 +93,7 @@ def _folders(v: Any) -> list[str]:
         v = [v]
     if not isinstance(v, list) or not v:
         raise Invalid(f"expected a folder or a list of folders, got {v!r}")
-    return _list_of(string, "folders")(v)
+    return list_of(string, "folders")(v)
 
 
 MEDIA_KEYS = ("allow_remote", "max_bytes", "max_images_per_request", "timeout", "allowed_dirs", "max_pixels")
@@ -225,9 +104,9 @@ def _media(v: Any) -> dict[str, Any]:
     if not isinstance(v, Mapping):
         raise Invalid(f"expected a mapping with some of: {', '.join(MEDIA_KEYS)}; got {v!r}")
     checks: dict[str, Check] = {
-        "allow_remote": _bool, "max_bytes": _via(parse_size, positive=True),
-        "max_images_per_request": _int(1), "timeout": _via(parse_duration, positive=True),
-        "allowed_dirs": _folders, "max_pixels": _int(1)}
+        "allow_remote": boolean, "max_bytes": via(parse_size, positive=True),
+        "max_images_per_request": integer(1), "timeout": via(parse_duration, positive=True),
+        "allowed_dirs": _folders, "max_pixels": integer(1)}
     out = {}
     for key, value in v.items():
         if key not in checks:
@@ -243,7 +122,7 @@ def _rpc_servers(v: Any) -> list[str]:
     """RPC worker endpoints: a list of "host:port" (or llama-server's comma-separated string)."""
     if isinstance(v, str):
         v = [s for s in v.split(",") if s.strip()]
-    endpoints = _list_of(string, "host:port strings")(v)
+    endpoints = list_of(string, "host:port strings")(v)
     if not endpoints:
         raise Invalid("expected at least one host:port")
     try:
@@ -268,7 +147,7 @@ def _speculative(v: Any) -> dict[str, Any]:
         raise Invalid(f"draft_model: expected ngram (drafts by prompt lookup) or the path of a draft GGUF model, "
                       f"got {draft!r}")
     try:
-        n_draft = _int(1, 64)(v.get("n_draft", 8))
+        n_draft = integer(1, 64)(v.get("n_draft", 8))
     except Invalid as e:
         raise Invalid(f"n_draft: {e}") from None
     if draft == "ngram":
@@ -276,7 +155,7 @@ def _speculative(v: Any) -> dict[str, Any]:
             raise Invalid("p_min: applies to draft models; prompt lookup (draft_model: ngram) has no draft "
                           "probabilities")
         try:
-            return {"draft_model": "ngram", "n_draft": n_draft, "ngram_size": _int(2, 8)(v.get("ngram_size", 3))}
+            return {"draft_model": "ngram", "n_draft": n_draft, "ngram_size": integer(2, 8)(v.get("ngram_size", 3))}
         except Invalid as e:
             raise Invalid(f"ngram_size: {e}") from None
     if "ngram_size" in v:
@@ -287,22 +166,13 @@ def _speculative(v: Any) -> dict[str, Any]:
     return {"draft_model": draft, "n_draft": n_draft, "p_min": float(p_min)}
 
 
-def _at_most(check: Check, hi: float) -> Check:
-    def bounded(v: Any) -> Any:
-        value = check(v)
-        if value > hi:
-            raise Invalid(f"must be at most {hi:g}, got {value}")
-        return value
-    return bounded
-
-
 # request fields a model entry may give defaults for (`sampling:`), with OpenAI's bounds; a request
 # that sets a field itself keeps its value
 SAMPLING_DEFAULTS: dict[str, Check] = {
-    "temperature": _at_most(_float(), 2.0), "top_p": _at_most(_float(), 1.0), "top_k": _int(0),
-    "min_p": _at_most(_float(), 1.0), "typical_p": _at_most(_float(), 1.0), "repeat_penalty": _float(),
-    "presence_penalty": _at_most(_float(-2.0), 2.0), "frequency_penalty": _at_most(_float(-2.0), 2.0),
-    "seed": _int(), "max_tokens": _int(1),
+    "temperature": at_most(number(), 2.0), "top_p": at_most(number(), 1.0), "top_k": integer(0),
+    "min_p": at_most(number(), 1.0), "typical_p": at_most(number(), 1.0), "repeat_penalty": number(),
+    "presence_penalty": at_most(number(-2.0), 2.0), "frequency_penalty": at_most(number(-2.0), 2.0),
+    "seed": integer(), "max_tokens": integer(1),
 }
 
 
@@ -322,52 +192,46 @@ def _sampling(v: Any) -> dict[str, Any]:
     return out
 
 
-def suggest(word: Any, options: Any) -> str:
-    """A " (did you mean 'x'?)" hint for a misspelt key or value, or ""."""
-    close = difflib.get_close_matches(str(word), [str(o) for o in options], n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
 ROOT_KEYS: dict[str, Check] = {
-    "host": string, "port": _int(1, 65535), "api_key": _optional(lambda v: str(v)),
-    "default_model": _optional(string), "models_dir": _optional(string),
-    "adapters_dir": _optional(_folders), "persist_adapters": _bool,
-    "max_loaded_models": _optional(_int(1)), "memory_budget": _optional(_via(parse_size, positive=True)),
-    "idle_unload": _optional(_via(parse_duration)), "parallel": _int(1), "max_queue": _int(0),
-    "lora_steps_per_turn": _int(1), "kv_unified": _bool, "share_prefixes": _bool,
-    "log_level": _choice(LOG_LEVELS), "cors": _cors, "cors_credentials": _bool, "max_body_bytes": _via(parse_size, positive=True),
-    "shutdown_grace": _float(), "drain_delay": _via(parse_duration), "ready_requires_model": _bool,
-    "web_ui": _bool, "unknown_model": _choice(UNKNOWN_MODEL_POLICIES), "metrics": _bool,
-    "verbose_responses": _bool,
-    "grammar_cache_size": _via(parse_size), "grammar_max_size": _via(parse_size, positive=True),
-    "grammar_max_depth": _int(1), "grammar_timeout": _via(parse_duration, positive=True),
-    "responses_store_size": _int(0), "media": _media,
+    "host": string, "port": integer(1, 65535), "api_key": optional(lambda v: str(v)),
+    "default_model": optional(string), "models_dir": optional(string),
+    "adapters_dir": optional(_folders), "persist_adapters": boolean,
+    "max_loaded_models": optional(integer(1)), "memory_budget": optional(via(parse_size, positive=True)),
+    "idle_unload": optional(via(parse_duration)), "parallel": integer(1), "max_queue": integer(0),
+    "lora_steps_per_turn": integer(1), "kv_unified": boolean, "share_prefixes": boolean,
+    "log_level": choice(LOG_LEVELS), "cors": _cors, "cors_credentials": boolean, "max_body_bytes": via(parse_size, positive=True),
+    "shutdown_grace": number(), "drain_delay": via(parse_duration), "ready_requires_model": boolean,
+    "web_ui": boolean, "unknown_model": choice(UNKNOWN_MODEL_POLICIES), "metrics": boolean,
+    "verbose_responses": boolean,
+    "grammar_cache_size": via(parse_size), "grammar_max_size": via(parse_size, positive=True),
+    "grammar_max_depth": integer(1), "grammar_timeout": via(parse_duration, positive=True),
+    "responses_store_size": integer(0), "media": _media,
 }
 LOAD_KEYS: dict[str, Check] = {      # the keys of llamacore.options.LOAD_KEYS
-    "n_ctx": _int(0), "n_batch": _int(1), "n_ubatch": _int(1),
-    "n_threads": _optional(_int(1)), "n_threads_batch": _optional(_int(1)),
-    "n_gpu_layers": _int(-1), "main_gpu": _int(0), "split_mode": _choice(SPLIT_MODES),
-    "tensor_split": _list_of(_float(), "numbers"), "use_mmap": _bool, "use_mlock": _bool,
+    "n_ctx": integer(0), "n_batch": integer(1), "n_ubatch": integer(1),
+    "n_threads": optional(integer(1)), "n_threads_batch": optional(integer(1)),
+    "n_gpu_layers": integer(-1), "main_gpu": integer(0), "split_mode": choice(SPLIT_MODES),
+    "tensor_split": list_of(number(), "numbers"), "use_mmap": boolean, "use_mlock": boolean,
     "flash_attn": _flash_attn,
-    "type_k": _choice(KV_CACHE_TYPES), "type_v": _choice(KV_CACHE_TYPES), "offload_kqv": _bool,
-    "rope_freq_base": _float(), "rope_freq_scale": _float(), "embedding": _bool,
+    "type_k": choice(KV_CACHE_TYPES), "type_v": choice(KV_CACHE_TYPES), "offload_kqv": boolean,
+    "rope_freq_base": number(), "rope_freq_scale": number(), "embedding": boolean,
     "pooling_type": _pooling, "kv_overrides": _kv_overrides, "rpc_servers": _rpc_servers,
-    "seed": _int(),
+    "seed": integer(),
 }
 ENTRY_KEYS: dict[str, Check] = {
-    "alias": string, "model_alias": string, "aliases": _list_of(string, "strings"), "model": string,
+    "alias": string, "model_alias": string, "aliases": list_of(string, "strings"), "model": string,
     "clip_model_path": string, "mmproj": string,       # a vision projector (llama-cpp-python's / llama-server's name)
     "lora_adapters": lambda v: v,   # resolved against the config's folder in config.py
     "adapters": lambda v: v,        # likewise
-    "chat_format": _optional(string), "chat_template": _optional(string),
-    "chat_template_kwargs": _optional(_template_kwargs), "reasoning": _optional(_reasoning),
-    "reasoning_format": _optional(_choice(REASONING_FORMATS)),
-    "idle_unload": _optional(_via(parse_duration)), "parallel": _optional(_int(1)),
-    "max_queue": _optional(_int(0)), "lora_steps_per_turn": _optional(_int(1)),
-    "kv_unified": _optional(_bool), "share_prefixes": _optional(_bool), "speculative": _optional(_speculative),
-    "json_whitespace": _optional(_choice(tuple(WHITESPACE))), "sampling": _optional(_sampling),
-    "isolation": _optional(_choice(ISOLATION_MODES)), "step_timeout": _optional(_via(parse_duration, positive=True)),
-    "max_rss": _optional(_via(parse_size, positive=True)), **LOAD_KEYS,
+    "chat_format": optional(string), "chat_template": optional(string),
+    "chat_template_kwargs": optional(_template_kwargs), "reasoning": optional(_reasoning),
+    "reasoning_format": optional(choice(REASONING_FORMATS)),
+    "idle_unload": optional(via(parse_duration)), "parallel": optional(integer(1)),
+    "max_queue": optional(integer(0)), "lora_steps_per_turn": optional(integer(1)),
+    "kv_unified": optional(boolean), "share_prefixes": optional(boolean), "speculative": optional(_speculative),
+    "json_whitespace": optional(choice(tuple(WHITESPACE))), "sampling": optional(_sampling),
+    "isolation": optional(choice(ISOLATION_MODES)), "step_timeout": optional(via(parse_duration, positive=True)),
+    "max_rss": optional(via(parse_size, positive=True)), **LOAD_KEYS,
 }
 NAME_KEYS = ("alias", "model_alias", "aliases")
 ADAPTER_ITEM_KEYS = ("path", "name")     # the keys of one mapping in an entry's adapters list
@@ -384,7 +248,7 @@ MAX_SCALE = 10.0     # |scale| beyond this only ever breaks a model's output
 
 def scale(v: Any) -> float:
     """A LoRA adapter scale: a finite number in [-MAX_SCALE, MAX_SCALE] (negative ones subtract it)."""
-    value = _float(-math.inf)(v)
+    value = number(-math.inf)(v)
     if not -MAX_SCALE <= value <= MAX_SCALE:
         raise Invalid(f"must be a finite number between {-MAX_SCALE:g} and {MAX_SCALE:g}, got {value}")
     return value

@@ -19,7 +19,6 @@ split a batch whose sequence ids are not consecutive into one-token micro-batche
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import threading
@@ -29,14 +28,14 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-from llamacore import Batch, Context, LoraAdapter, Model, Sampler
+from llamacore import Batch, Context, LoraAdapter, Model
 from llamacore.events import Failed, Finished, Progress, Started
-from llamacore.logprobs import TokenLogprob
 from llamacore.multimodal import decode_image, load_projector
 from llamacore.prefix import AdapterKey
 from llamaserve.errors import EngineClosedError, QueueFullError
 from llamaserve.scheduler import Emitted, GenRequest, Sampled, Scheduler, StepPlan
 from llamaserve.draft_model import DraftModel, DraftModelSpec
+from llamaserve.request_sampling import RequestSamplers
 from llamaserve.speculative import Drafter, PromptLookup
 
 log = logging.getLogger("llamaserve.engine")
@@ -61,7 +60,6 @@ class Engine:
         self.projector = load_projector(self.model, projector_path, self.ctx.n_threads_batch) if projector_path else None
         self._image_batch = Batch(self.ctx.n_batch, embd=self.projector.n_embd) if self.projector else None
         self.max_queue = max_queue
-        self.seed = seed                                     # sampling seed of requests that set none
         drafter: Drafter | None = speculative if not isinstance(speculative, DraftModelSpec) else DraftModel(
             speculative, self.model, n_seq=parallel, n_ctx_seq=self.n_ctx_seq, n_threads=self.ctx.n_threads,
             model_kwargs={k: v for k, v in (model_kwargs or {}).items() if k in ("n_gpu_layers", "main_gpu")})
@@ -69,7 +67,7 @@ class Engine:
         self.scheduler = Scheduler(parallel, n_batch=self.ctx.n_batch, n_ctx_seq=self.n_ctx_seq,
                                    share_prefixes=share_prefixes and self.ctx.kv_unified, drafter=drafter)
         self._name = os.path.basename(model_path)
-        self._samplers: dict[GenRequest, Sampler] = {}
+        self._samplers = RequestSamplers(self.model, self.ctx, seed)
         self._inbox: deque[GenRequest] = deque()
         self._cond = threading.Condition()
         self._unfinished = 0                 # submitted requests not yet finished (queued or running)
@@ -201,7 +199,7 @@ class Engine:
         for _, done in jobs:
             done.set_exception(error)
         self._emit([(req, Failed(error)) for req in inbox] + self.scheduler.close(error))
-        self._samplers.clear()
+        self._samplers.close()
         self.adapters = {}
         self.ctx = None       # type: ignore[assignment]  # frees the context now; the engine is done
         self.model = None     # type: ignore[assignment]
@@ -240,11 +238,8 @@ class Engine:
     def _accept(self, arrived: list[GenRequest]) -> None:
         """Build each new request's sampler (a grammar compiles here) and queue it for a slot."""
         for req in arrived:
-            sampling = req.sampling
-            if sampling.seed is None and self.seed is not None:
-                sampling = dataclasses.replace(sampling, seed=self.seed)
             try:
-                self._samplers[req] = sampling.build(self.model)
+                self._samplers.add(req)
             except Exception as exc:     # a bad request fails alone; the worker thread must live on
                 self._emit([(req, Failed(exc))])
                 continue
@@ -341,7 +336,8 @@ class Engine:
                 sampled.append(EngineClosedError("the request ended"))
                 continue
             try:
-                sampled.append(self._verify(req, index, row.draft) if row.n_draft else self._sample(req, index))
+                sampled.append(self._samplers.verify(req, index, row.draft) if row.n_draft
+                               else self._samplers.sample(req, index))
             except Exception as exc:
                 sampled.append(exc)
         self._emit(self.scheduler.on_sampled(plan, sampled))
@@ -364,7 +360,7 @@ class Engine:
                 self.n_decode += 1
                 self.n_busy += 1
                 if row.sample:
-                    early[id(row)] = self._sample(row.slot.req, -1)
+                    early[id(row)] = self._samplers.sample(row.slot.req, -1)
             except Exception as exc:
                 self.ctx.kv_remove(row.slot.seq, 0, -1)
                 if row.sample:
@@ -373,33 +369,12 @@ class Engine:
                     self._emit(self.scheduler.fail([row.slot], exc))
         return early
 
-    def _verify(self, req: GenRequest, index: int, draft: list[int]) -> list[Sampled]:
-        """Sample after the next token and after each draft token in turn, up to the first token that
-        differs from the draft: what one-token steps would have sampled, in one decode."""
-        out = []
-        for k in range(len(draft) + 1):
-            s = self._sample(req, index + k)
-            out.append(s)
-            if k == len(draft) or s.token != draft[k] or s.eog:
-                break
-        return out
-
-    def _sample(self, req: GenRequest, index: int) -> Sampled:
-        token = self._samplers[req].sample(self.ctx, index)
-        entry = None
-        if req.n_logprobs is not None:
-            entry = TokenLogprob.from_logits(self.ctx.logits(index), token, req.n_logprobs, self._piece_text)
-        return Sampled(token, self.model.is_eog(token), entry)
-
-    def _piece_text(self, token: int) -> str:
-        return self.model.token_to_piece(token).decode("utf-8", "replace")
-
     def _emit(self, events: Emitted) -> None:
         """Deliver events; a request's final event releases its sampler and its place in the queue."""
         ended = 0
         for req, event in events:
             if isinstance(event, (Finished, Failed)):
-                self._samplers.pop(req, None)
+                self._samplers.release(req)
                 ended += 1
             req.emit(event)
         if ended:

@@ -350,78 +350,28 @@ cdef class Context:
         self._check_seq(seq_id, False)
         return llama.llama_memory_seq_pos_max(self.mem, seq_id)
 
-    # -- state -------------------------------------------------------------------------------
+    # -- state (bodies in core/context_state.pyx) ---------------------------------------------
 
     def save_state(self):
         """The whole context state as bytes: the KV cache (llama.cpp does not save the outputs)."""
-        cdef size_t size = llama.llama_state_get_size(self.ptr)
-        cdef bytearray buf = bytearray(size)
-        cdef uint8_t * dst = buf
-        with nogil:
-            size = llama.llama_state_get_data(self.ptr, dst, size)
-        return bytes(buf[:size])
+        return _state_save(self)
 
     def load_state(self, const uint8_t[::1] data not None):
         """Restore a state from save_state(); ValueError if it does not fit this context."""
-        cdef size_t n
-        if data.shape[0] == 0:
-            raise ValueError("state is empty")
-        _error_mark()
-        with nogil:
-            n = llama.llama_state_set_data(self.ptr, &data[0], data.shape[0])
-        if n == 0:
-            raise ValueError(f"state does not match this context: {_errors_since_mark() or 'rejected'}")
-        self._n_outputs = 0   # the state holds no logits: the last decode's are stale now
+        _state_load(self, data)
 
     def save_sequence_state(self, int seq_id):
         """One sequence's KV cache as bytes."""
-        self._check_seq(seq_id, False)
-        cdef size_t size = llama.llama_state_seq_get_size(self.ptr, seq_id)
-        cdef bytearray buf = bytearray(size)
-        cdef uint8_t * dst = buf
-        with nogil:
-            size = llama.llama_state_seq_get_data(self.ptr, dst, size, seq_id)
-        return bytes(buf[:size])
+        return _sequence_state_save(self, seq_id)
 
     def load_sequence_state(self, const uint8_t[::1] data not None, int seq_id):
-        self._check_seq(seq_id, False)
-        cdef size_t n
-        if data.shape[0] == 0:
-            raise ValueError("state is empty")
-        _error_mark()
-        with nogil:
-            n = llama.llama_state_seq_set_data(self.ptr, &data[0], data.shape[0], seq_id)
-        if n == 0:
-            raise ValueError(f"sequence state does not fit: {_errors_since_mark() or 'rejected'}")
+        """Restore one sequence's KV cache from save_sequence_state(); ValueError if it does not fit."""
+        _sequence_state_load(self, data, seq_id)
 
     def save_state_file(self, path, tokens=()):
         """Write the state and the `tokens` it was computed from to a session file."""
-        cdef bytes bpath = os.fspath(path).encode()
-        cdef const char * cpath = bpath
-        cdef vector[llama_token] toks = vector[llama_token](len(tokens))
-        cdef Py_ssize_t i
-        for i in range(<Py_ssize_t>toks.size()):
-            toks[i] = tokens[i]
-        cdef bint ok
-        with nogil:
-            ok = llama.llama_state_save_file(self.ptr, cpath, toks.data(), toks.size())
-        if not ok:
-            raise OSError(f"could not write state file {path}")
+        _state_save_file(self, path, tokens)
 
     def load_state_file(self, path):
         """Restore a session file; returns the tokens it was saved with."""
-        path = os.fspath(path)
-        if not os.path.isfile(path):
-            raise FileNotFoundError(errno.ENOENT, "state file not found", path)
-        cdef bytes bpath = path.encode()
-        cdef const char * cpath = bpath
-        cdef size_t count = 0
-        cdef vector[llama_token] toks = vector[llama_token](max(self.n_ctx, 1))
-        cdef bint ok
-        _error_mark()
-        with nogil:
-            ok = llama.llama_state_load_file(self.ptr, cpath, toks.data(), toks.size(), &count)
-        if not ok:
-            raise ValueError(f"could not load state file {path}: {_errors_since_mark() or 'rejected'}")
-        self._n_outputs = 0   # as in load_state: no outputs are restored
-        return [toks[i] for i in range(count)]
+        return _state_load_file(self, path)
