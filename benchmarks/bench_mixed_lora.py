@@ -69,9 +69,10 @@ def ratios(summary: dict, rank: int, args) -> dict[str, float | None]:
                 out[f"{name} mix{n}/single@c{c}"] = a["tok_s"] / b["tok_s"] if a and b and b["tok_s"] else None
             a, b = mix.get(ours), mix.get(peer)
             out[f"ours/llama-server mix{n}@c{c} r{rank}"] = a["tok_s"] / b["tok_s"] if a and b and b["tok_s"] else None
-            a, b = mix.get(ours), single.get(ours)
-            if a and b and a["ttft_p95"] and b["ttft_p95"]:
-                out[f"{ours} ttft_p95 mix{n}/single@c{c}"] = a["ttft_p95"] / b["ttft_p95"]
+            for name in (ours, peer):
+                a, b = mix.get(name), single.get(name)
+                if a and b and a["ttft_p95"] and b["ttft_p95"]:
+                    out[f"{name} ttft_p95 mix{n}/single@c{c}"] = a["ttft_p95"] / b["ttft_p95"]
     return out
 
 
