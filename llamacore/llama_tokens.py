@@ -199,7 +199,8 @@ class TokenLevel:
         the completions).
 
         The caller may stop iterating at any time; the cache then holds the prompt plus every
-        token that was decoded. A `logits_processor` sees the tokens so far and the logits before
+        token that was decoded. The last token is not decoded (as in llama-cpp-python): nothing
+        is sampled after it, and a next prompt that continues the text decodes it then. A `logits_processor` sees the tokens so far and the logits before
         each token is sampled, and what it returns is sampled from (llamacore.processors).
 
         With a `draft_model`, each step decodes the sampled token and the draft after it in one
@@ -229,10 +230,11 @@ class TokenLevel:
             token = sampler.sample(ctx, row)
             produced += 1
             yield token
-            if stops(token):
-                return
+            if stops(token) or produced >= max_tokens:
+                return                          # the last token is not decoded: nothing samples after it
             pos = len(self._cached)
-            draft = self._draft(drafter, token, min(max_tokens - produced, n_ctx - pos - 1, ctx.n_batch - 1))
+            # drafts stop before the last token: that one is sampled, not decoded (as without drafts)
+            draft = self._draft(drafter, token, min(max_tokens - produced - 1, n_ctx - pos - 1, ctx.n_batch - 1))
             batch.clear()
             batch.add_sequence([token, *draft], pos, 0, logits_last=True, logits_all=bool(draft))
             ctx.decode(batch)
@@ -250,7 +252,7 @@ class TokenLevel:
                     continue
                 ctx.kv_remove(0, len(self._cached), -1)     # the drafts from here on were not confirmed
                 step = (k + 2, len(draft), k)
-                if stops(sampled):
+                if stops(sampled) or produced >= max_tokens:
                     self.n_accepted += k
                     return
                 batch.clear()                   # the token sampled instead is decoded on its own

@@ -41,7 +41,7 @@ def test_prompt_lookup_drafts_text_that_repeats(tiny_models_dir):
     prompt = [1, 3000, *orbit, 3000]                              # the answer is `orbit` again
     out = spec.create_completion(prompt, max_tokens=50, temperature=0)["choices"][0]["text"]
     assert out == plain.create_completion(prompt, max_tokens=50, temperature=0)["choices"][0]["text"]
-    assert spec.n_drafted >= 40 and spec.n_accepted >= 40
+    assert spec.n_drafted >= 30 and spec.n_accepted >= 30        # most of the 50 tokens came from drafts
 
 
 def test_the_model_itself_as_draft_is_always_right(tiny_model_path, plain):
