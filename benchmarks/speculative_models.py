@@ -22,26 +22,14 @@ def _log(msg: str) -> None:
 def copy_model(size: str) -> Path:
     """The f16 model with every attn_output weight zeroed: same shapes and speed, and each next token
     depends on the last token only (a text the model would write, given in the prompt, is repeated)."""
-    path = CACHE / f"{size}-f16-noattn.gguf"
-    if path.is_file():
-        return path
     import gguf
 
-    source = ensure_model(size, "f16")
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    _log(f"writing {path.name} (attention outputs of {source.name} zeroed)")
-    shutil.copyfile(source, tmp)
-    zeroed = 0
-    with open(tmp, "r+b") as f:
-        for t in gguf.GGUFReader(source).tensors:
-            if t.name.endswith("attn_output.weight"):
-                f.seek(int(t.data_offset))
-                f.write(bytes(int(t.n_bytes)))
-                zeroed += 1
-    if not zeroed:
-        tmp.unlink()
-        raise RuntimeError(f"{source} has no attn_output weights to zero")
-    tmp.replace(path)
+    path = CACHE / f"{size}-f16-noattn.gguf"
+    if not path.is_file():
+        source = ensure_model(size, "f16")
+        n_layer = int(gguf.GGUFReader(source).fields["llama.block_count"].contents())
+        _log(f"writing {path.name} (attention outputs of {source.name} zeroed)")
+        _scaled_f16(source, path, {f"blk.{i}.attn_output.weight" for i in range(n_layer)}, 0.0)
     return path
 
 
@@ -70,7 +58,7 @@ def _scaled_f16(source: Path, dest: Path, names: set[str], factor: float) -> Non
             if t.name in names:
                 if t.tensor_type != gguf.GGMLQuantizationType.F16:
                     raise RuntimeError(f"{t.name} of {source} is {t.tensor_type.name}, not F16")
-                values = np.asarray(t.data, dtype=np.float16) * np.float16(factor)
+                values = np.asarray(t.data, dtype=np.float16) * np.float16(factor) + np.float16(0)   # no -0.0
                 f.seek(int(t.data_offset))
                 f.write(values.astype(np.float16).tobytes())
                 done += 1

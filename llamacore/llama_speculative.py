@@ -82,7 +82,7 @@ class LlamaPromptLookupDecoding(LlamaDraftModel):
 
 class LlamaModelDraft(LlamaDraftModel):
     """Greedy drafts from a small `Llama` of the same vocabulary (its context keeps the prefix);
-    `max_tokens` (Llama passes how long the draft may be) saves decoding drafts that are cut."""
+    `max_tokens` (how long Llama lets the draft be) saves decoding drafts that would be cut."""
 
     def __init__(self, llama: Llama, num_pred_tokens: int = 8) -> None:
         self.llama = llama
@@ -91,8 +91,8 @@ class LlamaModelDraft(LlamaDraftModel):
     def __call__(self, input_ids: npt.NDArray[np.intc], /, **kwargs: Any) -> npt.NDArray[np.intc]:
         llm = self.llama
         ids = [int(t) for t in input_ids]
-        room = min(llm.ctx.n_ctx - len(ids) - 1, int(kwargs.get("max_tokens", self.num_pred_tokens)))
-        if room <= 0:
+        limit = min(llm.ctx.n_ctx - len(ids) - 1, self.num_pred_tokens, int(kwargs.get("max_tokens", 1 << 30)))
+        if limit <= 0:
             return np.empty(0, dtype=np.intc)
         out: list[int] = []
         llm._eval(ids)
@@ -101,7 +101,7 @@ class LlamaModelDraft(LlamaDraftModel):
             if llm.model.is_eog(token):
                 break
             out.append(token)
-            if len(out) >= min(self.num_pred_tokens, room):
+            if len(out) >= limit:
                 break                    # the last draft is decoded with the next call's tokens, if kept
             llm._append([token])
         return np.asarray(out, dtype=np.intc)

@@ -17,7 +17,7 @@ import numpy.typing as npt
 
 from llamacore._core import Batch
 from llamacore.llama_grammar import LlamaGrammar
-from llamacore.llama_speculative import LlamaModelDraft
+from llamacore.llama_speculative import LlamaDraftModel
 from llamacore.multimodal import MediaTokens, decode_image, image_boundary, images_of
 from llamacore.prefix import AdapterKey, reusable_prefix
 from llamacore.processors import LogitsProcessor, StoppingCriteria, apply_processor
@@ -200,8 +200,9 @@ class TokenLevel:
 
         The caller may stop iterating at any time; the cache then holds the prompt plus every
         token that was decoded. The last token is not decoded (as in llama-cpp-python): nothing
-        is sampled after it, and a next prompt that continues the text decodes it then. A `logits_processor` sees the tokens so far and the logits before
-        each token is sampled, and what it returns is sampled from (llamacore.processors).
+        is sampled after it, and a next prompt that continues the text decodes it then. A
+        `logits_processor` sees the tokens so far and the logits before each token is sampled,
+        and what it returns is sampled from (llamacore.processors).
 
         With a `draft_model`, each step decodes the sampled token and the draft after it in one
         batch, then samples the logits after each in turn while they agree with the draft: the
@@ -272,8 +273,8 @@ class TokenLevel:
             return []
         room = min(room, self._pacing.limit())
         ids = np.asarray([*self._cached, token], dtype=np.intc)
-        # only our draft-model drafter takes the length (llama-cpp-python's drafters take the ids alone)
-        proposal = drafter(ids, max_tokens=room) if isinstance(drafter, LlamaModelDraft) else drafter(ids)
+        # a LlamaDraftModel takes keywords (llama-cpp-python's base class); a plain callable the ids alone
+        proposal = drafter(ids, max_tokens=room) if isinstance(drafter, LlamaDraftModel) else drafter(ids)
         draft = [int(t) for t in proposal[:room] if 0 <= int(t) < self.model.n_vocab]
         self.n_drafted += len(draft)
         return draft
