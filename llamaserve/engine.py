@@ -32,10 +32,11 @@ from llamacore import Batch, Context, LoraAdapter, Model
 from llamacore.events import Failed, Finished, Progress, Started
 from llamacore.multimodal import decode_image, load_projector
 from llamacore.prefix import AdapterKey
-from llamaserve.errors import EngineClosedError, QueueFullError
-from llamaserve.scheduler import Emitted, GenRequest, Sampled, Scheduler, StepPlan
 from llamaserve.draft_model import DraftModel, DraftModelSpec
+from llamaserve.errors import EngineClosedError, QueueFullError
+from llamaserve.gen_request import Emitted, GenRequest, Sampled
 from llamaserve.request_sampling import RequestSamplers
+from llamaserve.scheduler import Scheduler, StepPlan
 from llamaserve.speculative import Drafter, PromptLookup
 
 log = logging.getLogger("llamaserve.engine")

@@ -21,7 +21,7 @@ from llamacore.sampling import SamplingParams
 from llamacore.text_stream import TextStream
 from llamaserve.engines import AnyEngine
 from llamaserve.metrics import Metrics
-from llamaserve.scheduler import GenRequest
+from llamaserve.gen_request import GenRequest
 
 
 def generate(engine: AnyEngine, tokens: list[int], sampling: SamplingParams, *, max_tokens: int | None,

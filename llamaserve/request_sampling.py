@@ -11,7 +11,7 @@ import dataclasses
 
 from llamacore import Context, Model, Sampler
 from llamacore.logprobs import TokenLogprob
-from llamaserve.scheduler import GenRequest, Sampled
+from llamaserve.gen_request import GenRequest, Sampled
 
 
 class RequestSamplers:

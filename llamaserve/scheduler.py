@@ -38,7 +38,6 @@ import enum
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -46,37 +45,13 @@ from llamacore.draft_pacing import DraftPacing
 from llamacore.events import EngineEvent, Failed, Finished, FinishReason, Token
 from llamacore.multimodal import image_boundary
 from llamacore.prefix import AdapterKey, common_prefix, reusable_prefix
+from llamaserve.gen_request import Emitted, GenRequest, Sampled
 from llamaserve.speculative import DraftIndex, Drafter
 
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from llamacore._core import ImageChunk
-    from llamacore.logprobs import TokenLogprob
-    from llamacore.sampling import SamplingParams
-
-
-@dataclass(eq=False)
-class GenRequest:
-    """A generation job; the engine reports its events through `emit` from its own thread."""
-
-    tokens: list[int]
-    sampling: SamplingParams
-    max_tokens: int
-    adapters: AdapterKey
-    emit: Callable[[EngineEvent], None]
-    n_logprobs: int | None = None
-    ignore_eos: bool = False
-    progress: bool = False          # report each decoded batch of the prompt (Progress events)
-    cancelled: bool = False
-    on_cancel: Callable[[], None] | None = None      # tells a worker process (llamaserve.worker_engine)
-    images: dict[int, ImageChunk] = field(default_factory=dict)   # prompt index -> image (llamacore.multimodal)
-
-    def cancel(self) -> None:
-        if not self.cancelled:
-            self.cancelled = True
-            if self.on_cancel is not None:
-                self.on_cancel()
 
 
 class SlotState(enum.Enum):
@@ -138,18 +113,6 @@ class StepPlan:
 
     def __post_init__(self) -> None:
         self.sample = [r for r in self.rows if r.sample]
-
-
-@dataclass(frozen=True)
-class Sampled:
-    """What the executor sampled for one row of `StepPlan.sample`."""
-
-    token: int
-    eog: bool                          # an end-of-generation token of the model
-    logprob: TokenLogprob | None = None
-
-
-Emitted = list[tuple[GenRequest, EngineEvent]]
 
 
 class Scheduler:

@@ -24,7 +24,7 @@ from llamacore.events import EngineEvent, Failed
 from llamaserve.engine import Engine
 from llamaserve.logs import configure, loading_model, request_id
 from llamaserve.media_wire import ChunkCache
-from llamaserve.scheduler import GenRequest
+from llamaserve.gen_request import GenRequest
 from llamaserve.speculative import drafter_spec
 from llamaserve.worker_messages import FAILED, FINISHED, decode_sampling, encode_error, encode_event
 from llamaserve.worker_wire import ConnectionClosed, Wire

@@ -18,7 +18,7 @@ import msgspec
 from llamacore.events import Failed
 from llamaserve.errors import QueueFullError
 from llamaserve.media_wire import RemoteProjector, wire_prompt
-from llamaserve.scheduler import GenRequest
+from llamaserve.gen_request import GenRequest
 from llamaserve.worker_messages import FINISHED, FAILED, decode_event, encode_sampling
 from llamaserve.worker_process import WorkerProcess
 

@@ -11,7 +11,7 @@ from llamacore.events import Failed, Finished, FinishReason, Started, Token
 from llamacore.sampling import SamplingParams
 from llamaserve.engine import Engine
 from llamaserve.errors import QueueFullError
-from llamaserve.scheduler import GenRequest
+from llamaserve.gen_request import GenRequest
 
 GREEDY = SamplingParams(temperature=0)
 

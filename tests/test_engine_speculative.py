@@ -10,7 +10,7 @@ from llamacore.events import Started, Token
 from llamacore.sampling import SamplingParams
 from llamaserve.draft_model import DraftModelSpec
 from llamaserve.engine import Engine
-from llamaserve.scheduler import GenRequest
+from llamaserve.gen_request import GenRequest
 
 GREEDY = SamplingParams(temperature=0)
 PROMPTS = [[1] + [100 + (i % 17) for i in range(60)], [1, 900, 901, 902], [1, 5, 6, 7, 8, 9, 10]]
