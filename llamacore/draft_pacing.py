@@ -29,7 +29,7 @@ class DraftPacing:
     rest_min: int = 32                 # plain steps in the first rest; each rest in a row is 4x longer
     rest_max: int = 512
     resting: int = 0                   # plain steps left in this rest
-    next_rest: int = 32
+    next_rest: int = field(init=False, default=0)   # the next rest's length (rest_min after a paying try)
     misses: int = 0
     plain_rate: float | None = None    # tokens/s of plain steps (moving average)
     _since_judged: int = 0             # drafted steps since drafting was last judged

@@ -243,7 +243,6 @@ class TokenLevel:
             if scores is not None:
                 scores[pos] = ctx.logits(-1)
             row = len(draft) if draft else -1
-            step = (1, len(draft), len(draft))
             for k, guess in enumerate(draft):  # the logits after the token, then after each draft in turn
                 sampled = sampler.sample(ctx, k)
                 produced += 1

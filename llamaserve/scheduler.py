@@ -282,7 +282,7 @@ class Scheduler:
         events: Emitted = []
         # a step's speed tells each sequence whether its drafts pay (llamacore.draft_pacing); a step
         # that also decodes a prompt says nothing about that
-        decoding_only = all(len(r.tokens) == 1 + r.n_draft for r in plan.rows)
+        paced = self.drafter is not None and all(len(r.tokens) == 1 + r.n_draft for r in plan.rows)
         seconds = time.perf_counter() - self._step_started
         for row, result in zip(plan.sample, sampled):
             slot, req = row.slot, row.slot.req
@@ -311,7 +311,7 @@ class Scheduler:
                 self.drafted += len(draft)
                 self.verified += 1
                 self.accepted += accepted
-            if self.drafter is not None and decoding_only:
+            if paced:
                 slot.pacing.record(1 + accepted, len(draft), accepted, seconds)
         return events
 
