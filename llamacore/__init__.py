@@ -17,7 +17,7 @@ _logging.getLogger("llamacore").addHandler(_logging.NullHandler())
 # name -> the submodule that defines it
 _EXPORTS = {
     "Batch": "_core", "Context": "_core", "Image": "_core", "ImageChunk": "_core", "LoraAdapter": "_core",
-    "Model": "_core", "Projector": "_core", "Sampler": "_core",
+    "Model": "_core", "Projector": "_core", "Sampler": "_core", "TokenLoop": "_core",
     "llama_cpp_version": "_core", "max_parallel_sequences": "_core", "set_verbose": "_core",
     "supports_gpu_offload": "_core", "system_info": "_core",
     "ContextFullError": "errors", "DecodeAbortedError": "errors", "DecodeError": "errors",
@@ -30,7 +30,7 @@ _EXPORTS = {
 
 __all__ = [
     "Batch", "Context", "ContextFullError", "DecodeAbortedError", "DecodeError", "Image", "ImageChunk", "Llama", "LlamaGrammar", "LogitsProcessorList",
-    "LoraAdapter", "Model", "Projector", "Sampler", "StoppingCriteriaList", "llama_cpp_version", "max_parallel_sequences", "set_verbose",
+    "LoraAdapter", "Model", "Projector", "Sampler", "StoppingCriteriaList", "TokenLoop", "llama_cpp_version", "max_parallel_sequences", "set_verbose",
     "supports_gpu_offload", "system_info", "BaseLlamaCache", "LlamaCache", "LlamaDiskCache", "LlamaRAMCache",
     "LlamaState", "BaseLlamaTokenizer", "LlamaTokenizer",
 ]
@@ -58,6 +58,7 @@ if _TYPE_CHECKING:
         Model,
         Projector,
         Sampler,
+        TokenLoop,
         llama_cpp_version,
         max_parallel_sequences,
         set_verbose,

@@ -216,6 +216,18 @@ class Sampler:
 
 
 @disjoint_base
+class TokenLoop:
+    seq_id: int
+    pos: int
+    remaining: int
+    ignore_eos: bool
+    finish: str | None
+    def __init__(self, ctx: Context, sampler: Sampler, pos: int, max_tokens: int, *, seq_id: int = 0,
+                 ignore_eos: bool = False, stops: Iterable[str | bytes] = ()) -> None: ...
+    def run(self, n: int) -> tuple[list[int], bytes]: ...
+
+
+@disjoint_base
 class Image:
     id: str
     @staticmethod

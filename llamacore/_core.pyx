@@ -20,6 +20,7 @@ include "core/threadpool.pyx"
 include "core/context.pyx"
 include "core/context_state.pyx"
 include "core/sampler.pyx"
+include "core/token_loop.pyx"
 include "core/projector.pyx"
 include "core/quantize.pyx"
 

@@ -191,7 +191,8 @@ def create_chat_completion(llm: Llama, messages: list[dict[str, Any]], *, tools:
     events, n_prompt = llm._completion_events(tokens, params, max_tokens=max_tokens,
                                               stop=template_stops + user_stops, ignore_eos=ignore_eos,
                                               logprobs=(top_logprobs or 0) if logprobs else None,
-                                              logits_processor=logits_processor, stopping_criteria=stopping_criteria)
+                                              logits_processor=logits_processor, stopping_criteria=stopping_criteria,
+                                              stream=stream)
     envelope = Envelope.new("chatcmpl", model or llm.model_path)
     style = tool_calls.style_for(llm.chat_template) if tools else None
     if stream:

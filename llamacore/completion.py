@@ -4,7 +4,7 @@ with llama-cpp-python's per-token hooks."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -25,39 +25,75 @@ if TYPE_CHECKING:
     from llamacore.llama_cache import BaseLlamaCache
 
 
+# Tokens the C loop generates between returns to Python when nobody reads them one at a time.
+CHUNK = 64
+
+
 def text_events(llm: Llama, tokens: list[int], sampling: SamplingParams, max_tokens: int | None, stops: list[str],
                 n_logprobs: int | None, echo_text: str | None, ignore_eos: bool,
                 logits_processor: LogitsProcessor | None = None,
-                stopping_criteria: StoppingCriteria | None = None) -> Iterator[TextEvent]:
-    """Text events as text becomes safe to release, then one Finished."""
+                stopping_criteria: StoppingCriteria | None = None, stream: bool = False) -> Iterator[TextEvent]:
+    """Text events as text becomes safe to release, then one Finished.
+
+    Tokens come from the C loop (llamacore/core/token_loop.pyx), in chunks or one at a time for a
+    stream, unless a caller's hook must see each token: logprobs, a logits processor, stopping
+    criteria, `logits_all`, a draft model, or a stop string that only matches decoded text (one
+    holding U+FFFD, the replacement character)."""
     room = llm.ctx.n_ctx - len(tokens)
     limit = room if max_tokens is None or max_tokens <= 0 else min(max_tokens, room)
-    want_lp = n_logprobs is not None
-    stream = TextStream(stops)
+    text = TextStream(stops)
     if echo_text is not None:
         yield from _echo(llm, tokens, echo_text, n_logprobs)
-    n_out, finish = 0, FinishReason.LENGTH
-    piece = llm._piece_text
-    tokens_out = llm._generate(tokens, sampling, max_tokens=limit, ignore_eos=ignore_eos,
-                               logits_processor=logits_processor) if limit > 0 else iter(())
-    for token in tokens_out:
-        if not ignore_eos and llm.model.is_eog(token):
-            finish = FinishReason.STOP
-            break
-        n_out += 1
-        entry = TokenLogprob.from_logits(llm.ctx.logits(-1), token, n_logprobs or 0, piece) if want_lp else None
-        delta = stream.push(llm.model.token_to_piece(token))
-        if delta or entry is not None:
-            yield Text(delta, entry)
-        # (the context holds the tokens before this one: llama-cpp-python's input_ids at this point)
-        if stream.stopped or (stopping_criteria is not None and stopping_criteria(
-                np.asarray(llm._cached, dtype=np.intc), llm.ctx.logits(-1))):
-            finish = FinishReason.STOP
-            break
-    tail = stream.finish()
+    per_token = (n_logprobs is not None or logits_processor is not None or stopping_criteria is not None
+                 or llm.logits_all or llm._drafter is not None or any("\ufffd" in s for s in stops))
+    if limit <= 0:
+        n_out, finish = 0, FinishReason.LENGTH
+    elif per_token:
+        n_out, finish = yield from _token_events(llm, llm._generate(
+            tokens, sampling, max_tokens=limit, ignore_eos=ignore_eos, logits_processor=logits_processor),
+            text, n_logprobs, ignore_eos, stopping_criteria)
+    else:
+        n_out, finish = yield from _chunk_events(llm._token_chunks(
+            tokens, sampling, max_tokens=limit, ignore_eos=ignore_eos, stops=stops, chunk=1 if stream else CHUNK),
+            text)
+    tail = text.finish()
     if tail:
         yield Text(tail)
     yield Finished(finish, n_out)
+
+
+def _chunk_events(chunks: Iterator[tuple[list[int], bytes, str | None]],
+                  text: TextStream) -> Generator[Text, None, tuple[int, FinishReason]]:
+    """Text events of the C loop's chunks: (tokens generated, finish reason)."""
+    n_out, finish = 0, None
+    for out, data, finish in chunks:
+        n_out += len(out) - (finish == "eog")   # an end-of-generation token is no output
+        delta = text.push(data)
+        if delta:
+            yield Text(delta)
+    return n_out, FinishReason.STOP if finish in ("eog", "stop") or text.stopped else FinishReason.LENGTH
+
+
+def _token_events(llm: Llama, tokens_out: Iterator[int], text: TextStream, n_logprobs: int | None,
+                  ignore_eos: bool, stopping_criteria: StoppingCriteria | None,
+                  ) -> Generator[Text, None, tuple[int, FinishReason]]:
+    """Text events of tokens generated one at a time, with the per-token hooks: (tokens generated,
+    finish reason)."""
+    n_out, piece = 0, llm._piece_text
+    for token in tokens_out:
+        if not ignore_eos and llm.model.is_eog(token):
+            return n_out, FinishReason.STOP
+        n_out += 1
+        entry = (TokenLogprob.from_logits(llm.ctx.logits(-1), token, n_logprobs, piece)
+                 if n_logprobs is not None else None)
+        delta = text.push(llm.model.token_to_piece(token))
+        if delta or entry is not None:
+            yield Text(delta, entry)
+        # (the context holds the tokens before this one: llama-cpp-python's input_ids at this point)
+        if text.stopped or (stopping_criteria is not None and stopping_criteria(
+                np.asarray(llm._cached, dtype=np.intc), llm.ctx.logits(-1))):
+            return n_out, FinishReason.STOP
+    return n_out, FinishReason.LENGTH
 
 
 def _echo(llm: Llama, tokens: list[int], text: str, n_logprobs: int | None) -> Iterator[Text]:
@@ -125,7 +161,7 @@ class Completions:
         events, n_prompt = self._completion_events(prompt, sampling, suffix=suffix, max_tokens=max_tokens,
                                                    logprobs=logprobs, echo=echo, stop=stop, ignore_eos=ignore_eos,
                                                    logits_processor=logits_processor,
-                                                   stopping_criteria=stopping_criteria)
+                                                   stopping_criteria=stopping_criteria, stream=stream)
         envelope = Envelope.new("cmpl", model or self.model_path)
         if stream:
             return self._stream_chunks(events, envelope)
@@ -151,8 +187,10 @@ class Completions:
                            max_tokens: int | None = 16, logprobs: int | None = None, echo: bool = False,
                            stop: str | list[str] | None = None, ignore_eos: bool = False,
                            logits_processor: LogitsProcessor | None = None,
-                           stopping_criteria: StoppingCriteria | None = None) -> tuple[Iterator[TextEvent], int]:
-        """Checked request -> (its Text events then one Finished, number of prompt tokens).
+                           stopping_criteria: StoppingCriteria | None = None,
+                           stream: bool = False) -> tuple[Iterator[TextEvent], int]:
+        """Checked request -> (its Text events then one Finished, number of prompt tokens). With
+        `stream`, text comes a token at a time; else in chunks.
 
         The prompt is checked before this returns, so a bad request raises even when the caller streams.
         """
@@ -165,7 +203,7 @@ class Completions:
             echo_text = prompt if isinstance(prompt, str) else self.model.detokenize(tokens, True).decode("utf-8", "replace")
         self._cache_lookup(tokens)
         events = text_events(cast("Llama", self), tokens, sampling, max_tokens, stops, logprobs, echo_text,
-                             ignore_eos, logits_processor, stopping_criteria)
+                             ignore_eos, logits_processor, stopping_criteria, stream)
         if self.cache is not None:
             events = self._saving_to_cache(events)
         return events, len(tokens)

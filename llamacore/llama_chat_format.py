@@ -185,7 +185,7 @@ def chat_formatter_to_chat_completion_handler(chat_formatter: ChatFormatter) -> 
         events, n_prompt = llama._completion_events(tokens, params, max_tokens=max_tokens, stop=stops,
                                                     logprobs=(top_logprobs or 0) if logprobs else None,
                                                     logits_processor=logits_processor,
-                                                    stopping_criteria=result.stopping_criteria)
+                                                    stopping_criteria=result.stopping_criteria, stream=stream)
         envelope = Envelope.new("chatcmpl", model or llama.model_path)
         if stream:
             chunks: Iterator[Any] = _chat_chunks(events, ChatStream(envelope, ChoiceOutput(), None, None))

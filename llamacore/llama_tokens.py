@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from llamacore._core import Batch
+from llamacore._core import Batch, TokenLoop
 from llamacore.llama_grammar import LlamaGrammar
 from llamacore.llama_speculative import LlamaDraftModel
 from llamacore.multimodal import MediaTokens, decode_image, image_boundary, images_of
@@ -264,6 +264,20 @@ class TokenLevel:
             else:
                 step = (1 + len(draft), len(draft), len(draft))
             self.n_accepted += step[2]
+
+    def _token_chunks(self, tokens: list[int], sampling: SamplingParams, *, max_tokens: int, ignore_eos: bool,
+                      stops: list[str], chunk: int) -> Iterator[tuple[list[int], bytes, str | None]]:
+        """`_generate` in C (TokenLoop): (tokens, their text's bytes, finish) per `chunk` tokens, where
+        finish is None until the last chunk, then "eog" (its last token is the end of generation; its
+        text is not included), "stop" (the text holds a stop string) or "length". No per-token hooks."""
+        sampler = sampling.build(self.model)
+        self._eval(tokens)
+        loop = TokenLoop(self.ctx, sampler, len(self._cached), max_tokens, ignore_eos=ignore_eos, stops=stops)
+        while loop.finish is None:
+            start = loop.pos
+            out, text = loop.run(chunk)
+            self._cached.extend(out[:loop.pos - start])     # the tokens it decoded
+            yield out, text, loop.finish
 
     def _draft(self, drafter: Any, token: int, room: int) -> list[int]:
         """Draft tokens after the cached ones and `token` (up to `room`), counted in n_drafted; none

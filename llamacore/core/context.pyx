@@ -121,9 +121,13 @@ cdef class Context:
                 rc = llama.llama_decode(self.ptr, batch.b)
         if rc == 0:
             return 0
+        return self._raise_failed(rc, batch.b.n_tokens, encode)
+
+    cdef int _raise_failed(self, int rc, int n_tokens, bint encode) except -1:
+        """Raise the error of a failed llama_decode/llama_encode return code `rc`."""
         self._n_outputs = 0
         if rc == 1:
-            raise ContextFullError(f"no KV cache slot for {batch.b.n_tokens} tokens "
+            raise ContextFullError(f"no KV cache slot for {n_tokens} tokens "
                                    f"(n_ctx={self.n_ctx}); free sequences or use a larger context")
         if rc == 2:
             raise DecodeAbortedError("decode was aborted")

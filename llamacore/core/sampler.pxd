@@ -5,3 +5,4 @@ cdef class Sampler:
     cdef bint argmax_only   # the chain is just greedy: pick the argmax without building candidates
 
     cdef _add(self, llama.llama_sampler * stage, str name)
+    cdef int _check_chain(self) except -1

@@ -6,9 +6,13 @@ cimport numpy as cnp
 from libc.stdio cimport fputs, stderr
 from libc.string cimport memcpy, strncpy
 from libcpp cimport bool as cbool
+from libcpp.string cimport npos, string
 from libcpp.vector cimport vector
 
 from llamacore.includes cimport ggml
+
+cdef extern from "includes/argmax.h" nogil:
+    int llamacore_argmax(const float * x, int n)     # a greedy sampler's token: the first maximum
 
 cdef extern from "Python.h":
     void * PyGILState_GetThisThreadState() nogil    # NULL on a thread Python does not know
