@@ -20,6 +20,7 @@ from llamacore.prefix import AdapterKey
 from llamacore.sampling import SamplingParams
 from llamacore.text_stream import TextStream
 from llamaserve.engines import AnyEngine
+from llamaserve.loop_mailbox import Mailbox
 from llamaserve.metrics import Metrics
 from llamaserve.gen_request import GenRequest
 
@@ -34,7 +35,7 @@ def generate(engine: AnyEngine, tokens: list[int], sampling: SamplingParams, *, 
     cancel() it if it will never be iterated: a started iteration frees the sequence when it ends.
     A generation that fails raises its error from the iteration.
     """
-    loop = asyncio.get_running_loop()
+    mailbox = Mailbox.of(asyncio.get_running_loop())
     events: asyncio.Queue[EngineEvent] = asyncio.Queue()
 
     loop_thread = threading.get_ident()
@@ -43,7 +44,7 @@ def generate(engine: AnyEngine, tokens: list[int], sampling: SamplingParams, *, 
         if threading.get_ident() == loop_thread:    # a worker process's frame, read on the loop
             events.put_nowait(event)
         else:                                       # an engine thread
-            loop.call_soon_threadsafe(events.put_nowait, event)
+            mailbox.post(events, event)
 
     room = engine.n_ctx_seq - len(tokens)
     limit = room if max_tokens is None or max_tokens <= 0 else min(max_tokens, room)
