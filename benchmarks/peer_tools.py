@@ -1,7 +1,7 @@
 """Build llama.cpp's own tools (llama-bench, llama-server, llama-quantize, llama-mtmd-cli) as benchmark peers.
 
 The tools come from the vendored tree and are cached in ``build/peer-tools/``; a tool is built
-only when its binary is missing. ggml is compiled with the same flags as the libraries behind
+when its binary is missing or was built from another tree (the pin or vendor/patches changed). ggml is compiled with the same flags as the libraries behind
 llamacore (Release, static, PIC, native CPU, default OpenMP), so both sides run the same kernels.
 """
 
@@ -40,9 +40,10 @@ CMAKE_FLAGS = [
 
 
 # The peers load a model's weights as llamacore does by default: into the CPU's extra (repacked)
-# buffer types, except a quantized model on an AMX CPU, where ggml's AMX path crashes some machines
-# (llamacore/core/model.pyx: default_extra_bufts). llama-bench takes repack_args; llama.cpp's
-# common-argument tools (llama-server, llama-mtmd-cli) read repack_env's LLAMA_ARG_REPACK.
+# buffer types, except a quantized model on an AMX CPU whose environment lets ggml's crashing AMX
+# kernels take it (llamacore/core/model.pyx: default_extra_bufts; importing llamacore sets
+# GGML_CPU_AMX_QUANTIZED=0 on AMX CPUs, and the peers inherit it). llama-bench takes repack_args;
+# llama.cpp's common-argument tools (llama-server, llama-mtmd-cli) read repack_env's LLAMA_ARG_REPACK.
 def repack(model: Path) -> bool:
     from llamacore._core import default_extra_bufts
 
@@ -76,6 +77,19 @@ def _flags() -> list[str]:
 _STAMP = BUILD / "peer-tools-cmake-flags.txt"      # the flags the folder was configured with
 
 
+def _tree() -> str:
+    """What the vendored tree is made of: its pin and patches (vendor/fetch.py's stamp)."""
+    stamp = SOURCE / ".llamacore-pin"
+    return stamp.read_text() if stamp.is_file() else ""
+
+
+def _current(name: str) -> bool:
+    """Whether tool ``name`` is built, by the configured flags, from the tree as it is now."""
+    built = BUILD / f"{name}.tree"
+    return (tool_path(name).is_file() and _configured() and built.is_file()
+            and built.read_text() == _tree())
+
+
 def _configured() -> bool:
     return (BUILD / "CMakeCache.txt").is_file() and _STAMP.is_file() and _STAMP.read_text() == "\n".join(_flags())
 
@@ -88,24 +102,25 @@ def _configure() -> None:
 
 
 def ensure_tool(name: str, jobs: int = 2) -> Path:
-    """Return the path of llama.cpp tool ``name``, building it first if it is missing."""
+    """Return the path of llama.cpp tool ``name``, building it first if it is missing or stale."""
     if name not in TOOLS:
         raise ValueError(f"unknown tool {name!r}; expected one of {TOOLS}")
     path = tool_path(name)
-    if path.is_file() and _configured():
+    if _current(name):
         return path
     BUILD.mkdir(parents=True, exist_ok=True)
     with open(BUILD / ".lock", "w") as lock:  # one build at a time across processes
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if path.is_file() and _configured():
+        if _current(name):
             return path
         if not _configured():          # new or changed flags: configure, then the target rebuilds
             _configure()
         _log(f"building {name} (-j {jobs}; this takes a while the first time)")
         subprocess.run(["nice", "-n", "19", "cmake", "--build", str(BUILD), "--target", name,
                         "-j", str(jobs)], check=True, stdout=sys.stderr)
-    if not path.is_file():
-        raise FileNotFoundError(f"{name} was built but {path} does not exist")
+        if not path.is_file():
+            raise FileNotFoundError(f"{name} was built but {path} does not exist")
+        (BUILD / f"{name}.tree").write_text(_tree())
     _log(f"built {path}")
     return path
 

@@ -56,9 +56,10 @@ def core_rows(core: dict) -> list[Row]:
 
 def llm_rows(llm: dict) -> list[Row]:
     rows = []
-    for size, rep in llm.items():
+    for label, rep in llm.items():
         med = rep["medians"]
-        rows += [(f"generate 128, {size}-f16 (tok/s)", med["llamacore"], peer, med[peer], "")
+        name = label if "-" in label else f"{label}-f16"
+        rows += [(f"generate 128, {name} (tok/s)", med["llamacore"], peer, med[peer], rep.get("note", ""))
                  for peer in med if peer != "llamacore"]
     return rows
 
@@ -231,7 +232,7 @@ def headline(results: dict) -> list[Row]:
         label = list(core)[-1]
         rows += [r for r in core_rows({label: core[label]})]
     if llm:
-        rows += llm_rows({k: v for k, v in llm.items() if k == list(llm)[-1]})
+        rows += llm_rows({k: v for k, v in llm.items() if k == "mid"} or {k: v for k, v in llm.items() if k == list(llm)[-1]})
     if server:
         rows += [r for r in server_rows(server) if r[0].startswith("8 ")]
         rows += [r for r in lora_mix_rows(server) if r[0].startswith("mix4")]

@@ -63,7 +63,8 @@ MODES = {
               "rpc_args": ["--reps", "1"], "vision_args": ["--reps", "3"],
               "spec_model": "small", "spec_args": ["--reps", "1", "--n-gen", "96", "--retries", "0"]},
     "full": {"core_models": [f"{s}-{d}" for s in ("small", "mid") for d in ("f16", "q8_0", "q4_0")],
-             "core_reps": 3, "core_runs": 5, "idle_wait": 30, "llm_models": "tiny,small,mid",
+             "core_reps": 3, "core_runs": 5, "idle_wait": 30,
+             "llm_models": "tiny,small,mid,tiny-q4_0,small-q4_0,mid-q4_0",
              "llm_reps": 3, "llm_runs": 3, "switch_model": "small", "switch_reps": 10,
              "load_model": "mid", "load_reps": 5, "server_model": "small",
              "server_args": ["--clients", "1,4,8,16", "--reps", "3"],
@@ -184,7 +185,7 @@ def prepare(m: dict, cases: list[str]) -> None:
     for tool in ("llama-bench", "llama-server", "llama-quantize"):
         ensure_tool(tool)
     labels = set(m["core_models"]) if "core" in cases else set()
-    labels |= {f"{s}-f16" for s in m["llm_models"].split(",")} if "llm" in cases else set()
+    labels |= {s if "-" in s else f"{s}-f16" for s in m["llm_models"].split(",")} if "llm" in cases else set()
     labels |= {f"{m['load_model']}-f16", f"{m['load_model']}-q8_0"} if {"model_switch", "cold_load", "rss_idle"} & set(cases) else set()
     labels |= {f"{m['switch_model']}-f16"} if "lora_switch" in cases else set()
     labels |= {f"{m['server_model']}-f16"} if {"server", "isolation", "rpc"} & set(cases) else set()

@@ -112,34 +112,64 @@ def test_spec_validation():
         TinyModelSpec(dtype="q4_0")
 
 
-def test_a_quantized_model_decodes_with_the_default_buffers(tmp_path):
-    """q8_0 weights through the default weight buffers. On AMX CPUs ggml's AMX buffers crash some
-    machines at the first product (llama.cpp issue 20824): llamacore leaves them off there. Run in a
-    child process, so that a crash fails this test instead of ending the test run."""
+@pytest.mark.parametrize("ftype", ["q8_0", "q4_0"])
+def test_a_quantized_model_decodes_with_the_default_buffers(tmp_path, tiny_model_f16_path, ftype):
+    """Quantized weights through the default weight buffers, a batch then one token. On AMX CPUs
+    ggml's AMX buffer type crashes some machines at the first batched product (llama.cpp issue
+    20824): llamacore keeps quantized weights out of it there (vendor/patches/0003), so they take the
+    repacked buffers. Run in a child process, so that a crash fails this test instead of ending
+    the test run."""
     import subprocess
     import sys
 
-    from tiny_models import TinyModelSpec, write_model
+    from llamacore.quantize import quantize
 
-    path = write_model(tmp_path / "model-q8_0.gguf", TinyModelSpec(dtype="q8_0"))
+    path = quantize(tiny_model_f16_path, tmp_path / f"model-{ftype}.gguf", ftype)
     script = ("import sys; from llamacore import Batch, Context, Model\n"
               "m = Model(sys.argv[1]); c = Context(m, n_ctx=128, n_threads=2); b = Batch(64)\n"
-              "b.add_sequence(list(range(1, 40)), 0, 0); c.decode(b); print(int(c.logits(-1).argmax()))\n")
+              "b.add_sequence(list(range(1, 40)), 0, 0); c.decode(b); t = int(c.logits(-1).argmax())\n"
+              "b.clear(); b.add(t, 39, 0, True); c.decode(b); print(int(c.logits(-1).argmax()))\n")
     done = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
     assert done.stdout.strip().isdigit()
 
 
-def test_extra_buffer_types_by_default_except_quantized_models_on_amx(tmp_path, tiny_model_path):
-    """Unquantized weights take llama.cpp's extra (repacked) buffers by default everywhere, as
-    llama.cpp does (~10% faster f16 products on AMX CPUs); a quantized model's only off AMX."""
+def _extra_bufts_in_child(path, amx_quantized: str | None) -> tuple[bool, bool, str | None]:
+    """(default_extra_bufts(path), the CPU has AMX, GGML_CPU_AMX_QUANTIZED) in a fresh process whose
+    environment sets GGML_CPU_AMX_QUANTIZED to `amx_quantized` (None: unset)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "GGML_CPU_AMX_QUANTIZED"}
+    if amx_quantized is not None:
+        env["GGML_CPU_AMX_QUANTIZED"] = amx_quantized
+    script = ("import json, os, sys; from llamacore._core import _cpu_has_amx, default_extra_bufts\n"
+              "print(json.dumps([default_extra_bufts(sys.argv[1]), _cpu_has_amx(),"
+              " os.environ.get('GGML_CPU_AMX_QUANTIZED')]))\n")
+    done = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, env=env,
+                          timeout=60, check=True)
+    return tuple(json.loads(done.stdout))
+
+
+def test_extra_buffer_types_by_default(tmp_path, tiny_model_path):
+    """Weights take llama.cpp's extra (repacked) buffers by default, as llama.cpp does. On AMX CPUs
+    importing llamacore keeps quantized weights out of ggml's AMX buffer type unless the environment
+    says otherwise (GGML_CPU_AMX_QUANTIZED); if it lets them in, a quantized model's extra buffers
+    are off, since those kernels crash some machines."""
     from tiny_models import TinyModelSpec, write_model
 
-    from llamacore._core import DEFAULT_EXTRA_BUFTS, default_extra_bufts
+    from llamacore._core import default_extra_bufts
 
     assert default_extra_bufts(tiny_model_path) is True
     quantized = write_model(tmp_path / "model-q8_0.gguf", TinyModelSpec(dtype="q8_0"))
-    assert default_extra_bufts(quantized) is DEFAULT_EXTRA_BUFTS
     junk = tmp_path / "junk.gguf"
     junk.write_bytes(b"GGUF\x03\x00")
-    assert default_extra_bufts(junk) is DEFAULT_EXTRA_BUFTS
+    on, amx, env = _extra_bufts_in_child(quantized, None)
+    assert on is True and env == ("0" if amx else None)
+    assert _extra_bufts_in_child(junk, None)[0] is True
+    on, amx, env = _extra_bufts_in_child(quantized, "1")      # AMX's quantized kernels allowed
+    assert on is (not amx) and env == "1"
+    assert _extra_bufts_in_child(junk, "1")[0] is (not amx)
+    assert _extra_bufts_in_child(tiny_model_path, "1")[0] is True

@@ -53,18 +53,25 @@ def _cpu_has_amx():
     return False
 
 
-# ggml's AMX weight buffers (one of the CPU's "extra" buffer types) crash some AMX machines at the
-# first matrix product of a quantized model (llama.cpp issue 20824, unfixed; seen here on q4_0 and
-# q8_0, in llama-bench too): on AMX CPUs a quantized model's weights are not repacked into extra
-# buffer types unless asked. An unquantized model's are (llama.cpp's default): nothing of it takes
-# the crashing kernels, and its f16 products run ~10% faster there.
-DEFAULT_EXTRA_BUFTS = not _cpu_has_amx()
+# ggml's AMX buffer type (one of the CPU's "extra" buffer types) crashes some AMX machines at the
+# first batched product of a quantized model (llama.cpp issue 20824, unfixed; seen here on q4_0 and
+# q8_0, in llama-bench too). On AMX CPUs llamacore keeps quantized weights out of it
+# (GGML_CPU_AMX_QUANTIZED=0, vendor/patches/0003, set before the backend starts unless the
+# environment sets it): they take the repack buffer type (q4_0 prompts ~30% faster than unrepacked),
+# and F16 weights keep AMX's kernels (~10% faster generation), which do not crash. Where the
+# environment lets quantized weights into AMX (GGML_CPU_AMX_QUANTIZED=1), a quantized model's
+# weights are not put in extra buffer types unless asked.
+_AMX_CPU = _cpu_has_amx()
+if _AMX_CPU:
+    os.environ.setdefault("GGML_CPU_AMX_QUANTIZED", "0")
+DEFAULT_EXTRA_BUFTS = not _AMX_CPU or os.environ["GGML_CPU_AMX_QUANTIZED"] == "0"
 _UNQUANTIZED_FTYPES = frozenset({0, 1, 32})         # llama_ftype ALL_F32, MOSTLY_F16, MOSTLY_BF16
 
 
 def default_extra_bufts(path):
     """Whether a Model loads `path`'s weights into the CPU's extra buffer types unless told: always,
-    except a quantized (or unknown) file on an AMX CPU."""
+    except a quantized (or unknown) file on an AMX CPU whose environment lets ggml's AMX buffer type
+    take quantized weights."""
     if DEFAULT_EXTRA_BUFTS:
         return True
     from llamacore.gguf_header import read_header
@@ -100,8 +107,8 @@ cdef class Model:
         (llamaserve rpc-worker), weighed by `tensor_split`; each is checked before loading
         (llamacore.rpc.RPCUnavailableError). `n_gpu_layers` None means 0, or every layer
         when `rpc_servers` is given. `use_extra_bufts` lets llama.cpp repack weights into the CPU's
-        faster layouts (llama-server's --repack); None means yes except for a quantized model on an
-        AMX CPU, where ggml's AMX path crashes some machines (default_extra_bufts)."""
+        faster layouts (llama-server's --repack); None means yes (default_extra_bufts: except for a
+        quantized model on an AMX CPU whose environment lets ggml's crashing AMX kernels take it)."""
         if self.ptr != NULL:
             raise RuntimeError("Model is already initialized")
         self.path = _check_gguf_file(path, "model")
