@@ -59,7 +59,7 @@ def llm_rows(llm: dict) -> list[Row]:
     for label, rep in llm.items():
         med = rep["medians"]
         name = label if "-" in label else f"{label}-f16"
-        rows += [(f"generate 128, {name} (tok/s)", med["llamacore"], peer, med[peer], rep.get("note", ""))
+        rows += [(f"generate 128, {name} (tok/s)", med["llamacore"], peer, med[peer], "")
                  for peer in med if peer != "llamacore"]
     return rows
 
