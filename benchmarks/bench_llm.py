@@ -18,6 +18,7 @@ import argparse
 import importlib.util
 import json
 import os
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -32,6 +33,19 @@ from llamacore import Llama
 
 PROMPT = "Once upon a time, in a small village by the sea,"
 N_GEN = 128
+
+
+def prompt_seconds(llm: Llama, runs: int) -> float:
+    """Median seconds to decode PROMPT into an empty cache: the part of a completion's time that
+    llama-bench's tg does not have."""
+    tokens = llm.tokenize(PROMPT.encode())
+    times = []
+    for _ in range(runs):
+        llm.reset()
+        start = time.perf_counter()
+        llm.eval(tokens)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
 
 
 def timed_runs(llm, runs: int, **kw) -> list[float]:
@@ -92,8 +106,11 @@ def bench_model(label: str, threads: int, reps: int, runs: int, lcp_env: dict[st
         if child is not None:
             child.close()
     med = medians(samples)
+    # the decode steps alone: a completion's time less its prompt's decode, over its N_GEN - 1 steps
+    # (the first token comes from the prompt's logits), against llama-bench's N_GEN steps from empty
+    steps = (N_GEN - 1) / (N_GEN / med["llamacore"] - prompt_seconds(ours, 2 * runs + 1))
     return {"model": str(path), "medians": med, "samples": samples, "ratios": ratios(med, "llamacore"),
-            **({"note": note} if note else {})}
+            "steps_per_s": steps, "steps_ratio": steps / med["llama-bench"], **({"note": note} if note else {})}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -114,7 +131,8 @@ def main(argv: list[str] | None = None) -> dict:
         for size in args.models.split(","):
             res = report[size] = bench_model(size, args.threads, args.reps, args.runs, lcp_env)
             print(f"\n{size}: " + "  ".join(f"{k} {v:.1f} tok/s" for k, v in res["medians"].items()))
-            print("  " + "  ".join(f"{k} = {v:.3f}" for k, v in res["ratios"].items()))
+            print("  " + "  ".join(f"{k} = {v:.3f}" for k, v in res["ratios"].items())
+                  + f"  (decode steps alone: {res['steps_per_s']:.1f}/s = {res['steps_ratio']:.3f} of llama-bench)")
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
     return report

@@ -61,6 +61,9 @@ def llm_rows(llm: dict) -> list[Row]:
         name = label if "-" in label else f"{label}-f16"
         rows += [(f"generate 128, {name} (tok/s)", med["llamacore"], peer, med[peer], "")
                  for peer in med if peer != "llamacore"]
+        if "steps_per_s" in rep:        # less the prompt's decode, which llama-bench's tg does not have
+            rows.append((f"generate 128, {name}: decode steps alone (1/s)", rep["steps_per_s"], "llama-bench",
+                         med["llama-bench"], ""))
     return rows
 
 
