@@ -30,7 +30,7 @@ LLAMACORE_BLOCKS = [b for b in python_blocks(README.read_text()) if "from llamac
 
 
 def test_readme_has_the_llamacore_examples():
-    assert len(LLAMACORE_BLOCKS) == 5
+    assert len(LLAMACORE_BLOCKS) == 6
 
 
 @pytest.mark.parametrize("index", range(len(LLAMACORE_BLOCKS)))
