@@ -209,7 +209,10 @@ def serve(config: ServerConfig) -> None:
     configure_logging(config.log_level)
     limit_heap_arenas()
     app = create_app(config)
+    # h11 whatever else is installed: httptools would send header names lower-cased, and clients that
+    # read headers case-sensitively (llama.cpp's server tests) look for `Process-Start-Time-Unix`
     uvicorn_config = uvicorn.Config(app, host=config.host, port=config.port, log_level=config.log_level.lower(),
+                                    http="h11",
                                     timeout_graceful_shutdown=math.ceil(config.shutdown_grace + _CUT_MARGIN))
     _Server(uvicorn_config, app.state.drain, config.shutdown_grace, config.drain_delay).run(
         sockets=listening_sockets(config.host, config.port))
