@@ -5,6 +5,14 @@ and llama-server (the same eight adapters, per-request ``"lora"`` scales) side b
 round runs C concurrent clients spread over N adapters (client i on adapter i mod N) for C in
 --clients and N in --adapters; "single" is N = 1. Reported: aggregate tokens/s, mixN/single per
 server (how much mixing adapters costs), ours/llama-server, and TTFT p95 mixed vs single.
+Every round's prompts are new (led by the round's number): both servers keep KV only for the
+adapter set it was computed with, so repeating one prompt set would let single-adapter rounds
+reuse the previous round's prompts where mixed rounds mostly could not, and TTFT would compare
+cache hits with prefills.
+
+Which base matters: the gain of one batch over adapter groups taking turns is what batching
+gains, which is most on a memory-bound base (a quantized model, where a step costs about the
+same for 2 sequences as for 8) and least on a small compute-bound one.
 
 In process: the uniform path. Eight sequences all on adapter l1, decoded in one context either
 with the context-wide set (llama_set_adapters_lora: upstream llama.cpp's code path, the patch
@@ -12,8 +20,8 @@ returns before its own code when no sequence has a set) or with eight per-sequen
 (llama_set_adapters_lora_seq, which the server uses). Equal throughput means single-adapter
 traffic costs the same as before the patch.
 
-Usage: python benchmarks/bench_mixed_lora.py [--model small|mid] [--ranks 8,64] [--adapters 1,2,4,8]
-       [--clients 8,16] [--reps N] [--threads N] [--json OUT]
+Usage: python benchmarks/bench_mixed_lora.py [--model small|mid] [--dtype f16|q8_0|q4_0] [--ranks 8,64]
+       [--adapters 1,2,4,8] [--clients 8,16] [--reps N] [--threads N] [--json OUT]
 """
 
 from __future__ import annotations
@@ -50,7 +58,7 @@ async def served(path: Path, rank: int, args, workdir: Path) -> dict:
             texts[s.name] = await warm_started(s, ["base", *loras])
         cases = [(case_name(n, c), [f"l{k}" for k in range(1, n + 1)], c)
                  for c in args.clients for n in args.adapters]
-        rounds = await bench([(s, cases) for s in pair], args.reps, args)
+        rounds = await bench([(s, cases) for s in pair], args.reps, args, fresh_prompts=True)
     summary = summarize(rounds)
     print_table(f"Mixed adapters, rank {rank}", summary, args.noise)
     return {"rank": rank, "servers": {s.name: s.cmd for s in pair}, "warmup_texts": texts,
@@ -124,7 +132,7 @@ async def amain(args) -> dict:
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="bench_mixed_lora."))
     report: dict = {"model": str(path), "workdir": str(workdir),
                     "settings": {"threads": args.threads, "ranks": args.ranks, "adapters": args.adapters,
-                                 "clients": args.clients, "reps": args.reps, "n_ctx_per_seq": N_CTX,
+                                 "clients": args.clients, "reps": args.reps, "n_ctx_per_seq": N_CTX, "fresh_prompts": True,
                                  "cpus": os.cpu_count()}}
     report["uniform"] = uniform_path(path, args)
     report["by_rank"] = {}

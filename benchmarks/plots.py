@@ -105,7 +105,7 @@ def mixed_lora(mixed: dict, path: Path) -> Path:
         ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
         ax.set_xlabel("adapters the clients are spread over")
         ax.set_ylabel("aggregate generated tokens/s")
-        ax.set_title(f"one base, rank-{rank} adapters")
+        ax.set_title(f"{Path(mixed['model']).stem}, rank-{rank} adapters")
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
@@ -121,6 +121,7 @@ def write_all(results: dict, stem: Path) -> dict[str, Path]:
         out["core"] = by_model(core, results.get("roofline") or {}, Path(f"{stem}-models.png"))
     if sw := _result(results, "lora_switch"):
         out["lora_switch"] = lora_switch(sw, Path(f"{stem}-lora-switch.png"))
-    if mixed := _result(results, "mixed_lora"):
-        out["mixed_lora"] = mixed_lora(mixed, Path(f"{stem}-mixed-lora.png"))
+    for case in ("mixed_lora", "mixed_lora_q4"):
+        if mixed := _result(results, case):
+            out[case] = mixed_lora(mixed, Path(f"{stem}-{case.replace('_', '-')}.png"))
     return out

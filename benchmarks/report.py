@@ -239,8 +239,10 @@ def headline(results: dict) -> list[Row]:
     if server:
         rows += [r for r in server_rows(server) if r[0].startswith("8 ")]
         rows += [r for r in lora_mix_rows(server) if r[0].startswith("mix4")]
-    if mixed := _result(results, "mixed_lora"):
-        rows += [r for r in mixed_lora_rows(mixed) if "mix4, 8" in r[0] and "tok/s)" in r[0]]
+    for case in ("mixed_lora", "mixed_lora_q4"):
+        if mixed := _result(results, case):
+            rows += [(f"{Path(mixed['model']).stem}, {r[0]}", *r[1:]) for r in mixed_lora_rows(mixed)
+                     if "mix4, 8" in r[0] and "tok/s)" in r[0]]
     if pre := _result(results, "shared_prefix"):
         rows += prefix_rows(pre)
     if sw := _result(results, "lora_switch"):
@@ -287,6 +289,8 @@ def write(results: dict, json_path: Path) -> Path:
         ("server", "Serving: time to first token", ttft_rows, "lower"),
         ("server", "Mixed LoRA: 8 clients over 1, 2 and 4 adapters of one base", lora_mix_rows, "higher"),
         ("mixed_lora", "Mixed adapters in one batch: by adapter count and rank", mixed_lora_rows, "higher"),
+        ("mixed_lora_q4", "Mixed adapters in one batch on a quantized (memory-bound) base", mixed_lora_rows,
+         "higher"),
         ("shared_prefix", "Shared prompt prefixes", prefix_rows, "lower"),
         ("lora_switch", "LoRA switch latency", lora_switch_rows, "lower"),
         ("isolation", "Process isolation (ours) vs thread (peer): throughput, TTFT, cold load, memory",
@@ -304,6 +308,9 @@ def write(results: dict, json_path: Path) -> Path:
             lines += [f"## {title}", "", *table(rows(res), better), ""]
             if case == "speculative":
                 lines += speculative_targets(res)
+            if case.startswith("mixed_lora"):
+                fresh = "new prompts every round" if res["settings"].get("fresh_prompts") else "one prompt set, repeated"
+                lines += [f"Base: `{Path(res['model']).name}`; {fresh}.", ""]
             if case == "vision":
                 lines += [f"Peer / ours (encode + decode, {res['which']}): **{res['ratio_peer_over_ours']:.3f}** "
                           f"(target >= {res['target']}; a time, so above 1 means we are faster).", ""]

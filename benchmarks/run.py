@@ -58,6 +58,7 @@ MODES = {
               "switch_reps": 3, "load_model": "small", "load_reps": 3, "server_model": "small",
               "server_args": ["--clients", "1,4,8,16", "--reps", "1", "--retries", "0"],
               "mixed_args": ["--ranks", "8", "--adapters", "1,4,8", "--clients", "8", "--reps", "1", "--retries", "0"],
+              "mixed_q4_model": "small",
               "prefix_args": ["--clients", "8", "--prefix", "1500", "--reps", "1"],
               "isolation_args": ["--reps", "1", "--load-reps", "2", "--retries", "0"],
               "rpc_args": ["--reps", "1"], "vision_args": ["--reps", "3"],
@@ -69,6 +70,7 @@ MODES = {
              "load_model": "mid", "load_reps": 5, "server_model": "small",
              "server_args": ["--clients", "1,4,8,16", "--reps", "3"],
              "mixed_args": ["--ranks", "8,64", "--adapters", "1,2,4,8", "--clients", "8,16", "--reps", "12"],
+             "mixed_q4_model": "mid",
              "prefix_args": ["--clients", "8", "--prefix", "1500", "--reps", "3"],
              "isolation_args": ["--reps", "31", "--load-reps", "5"],
              "rpc_args": ["--reps", "3"], "vision_args": ["--reps", "15"],
@@ -107,10 +109,12 @@ def _server(m: dict, threads: int, workdir: Path) -> dict:
     return bench_server.main(args)
 
 
-def _mixed_lora(m: dict, threads: int, workdir: Path) -> dict:
-    args = ["--model", m["server_model"], "--threads", str(threads), "--workdir", str(workdir),
-            "--idle-wait", str(min(m["idle_wait"], 10)), *m["mixed_args"]]
-    return bench_mixed_lora.main(args)
+def _mixed_lora(model: str, dtype: str):
+    def case(m: dict, threads: int, workdir: Path) -> dict:
+        return bench_mixed_lora.main(["--model", m[model], "--dtype", dtype, "--threads", str(threads),
+                                      "--workdir", str(workdir), "--idle-wait", str(min(m["idle_wait"], 10)),
+                                      *m["mixed_args"]])
+    return case
 
 
 def _prefix(m: dict, threads: int, workdir: Path) -> dict:
@@ -169,7 +173,10 @@ CASES = {  # name -> (what it measures, runner)
     "cold_load": ("cold load time", _load_case("cold_load")),
     "rss_idle": ("server RSS after idle unload vs before load", _load_case("rss_idle")),
     "server": ("concurrency 1/4/8/16 and mixed-LoRA vs llama-server, llama-cpp-python server", _server),
-    "mixed_lora": ("many adapters of one base in one batch, by adapter count and rank, vs llama-server", _mixed_lora),
+    "mixed_lora": ("many adapters of one base in one batch, by adapter count and rank, vs llama-server",
+                   _mixed_lora("server_model", "f16")),
+    "mixed_lora_q4": ("the same on a quantized base, where batching gains most (memory-bound decode)",
+                      _mixed_lora("mixed_q4_model", "q4_0")),
     "shared_prefix": ("8 clients with one long system prompt: TTFT vs no sharing and llama-server", _prefix),
     "isolation": ("isolation: process vs thread (throughput 1/8 clients, TTFT, cold load, RSS)", _isolation),
     "rpc": ("a model split across 2 loopback RPC workers: vs llama-server --rpc and vs local", _rpc),
@@ -188,7 +195,8 @@ def prepare(m: dict, cases: list[str]) -> None:
     labels |= {s if "-" in s else f"{s}-f16" for s in m["llm_models"].split(",")} if "llm" in cases else set()
     labels |= {f"{m['load_model']}-f16", f"{m['load_model']}-q8_0"} if {"model_switch", "cold_load", "rss_idle"} & set(cases) else set()
     labels |= {f"{m['switch_model']}-f16"} if "lora_switch" in cases else set()
-    labels |= {f"{m['server_model']}-f16"} if {"server", "isolation", "rpc"} & set(cases) else set()
+    labels |= {f"{m['server_model']}-f16"} if {"server", "isolation", "rpc", "mixed_lora"} & set(cases) else set()
+    labels |= {f"{m['mixed_q4_model']}-q4_0"} if "mixed_lora_q4" in cases else set()
     for label in sorted(labels):
         ensure_model(*label.split("-"))
     for size in {m["switch_model"]} if "lora_switch" in cases else set():

@@ -55,8 +55,9 @@ def make_client(server: servers.Server) -> AsyncOpenAI:
 
 
 async def one_request(client: AsyncOpenAI, server: servers.Server, alias: str, index: int,
-                      max_tokens: int) -> dict:
-    """One streamed completion: TTFT, generated tokens (usage, else text chunks), errors."""
+                      max_tokens: int, tag: str = "") -> dict:
+    """One streamed completion of "<tag>Once upon a time <index>": TTFT, generated tokens (usage,
+    else text chunks), errors."""
     model, extra = server.targets[alias]
     extra = dict(extra)
     if server.name.startswith("llama-cpp-python"):
@@ -67,7 +68,7 @@ async def one_request(client: AsyncOpenAI, server: servers.Server, alias: str, i
     text = []
     try:
         stream = await client.completions.create(
-            model=model, prompt=f"{PROMPT} {index}", max_tokens=max_tokens, temperature=0, stream=True,
+            model=model, prompt=f"{tag}{PROMPT} {index}", max_tokens=max_tokens, temperature=0, stream=True,
             stream_options={"include_usage": True}, extra_body=extra)
         async for chunk in stream:
             if chunk.choices and chunk.choices[0].text:
@@ -86,10 +87,10 @@ async def one_request(client: AsyncOpenAI, server: servers.Server, alias: str, i
 
 
 async def run_round(client: AsyncOpenAI, server: servers.Server, aliases: list[str], n_clients: int,
-                    max_tokens: int = N_GEN) -> dict:
-    """n_clients concurrent requests, client i on aliases[i % len(aliases)]."""
+                    max_tokens: int = N_GEN, tag: str = "") -> dict:
+    """n_clients concurrent requests, client i on aliases[i % len(aliases)], prompts led by `tag`."""
     started = time.perf_counter()
-    tasks = [asyncio.create_task(one_request(client, server, aliases[i % len(aliases)], i, max_tokens))
+    tasks = [asyncio.create_task(one_request(client, server, aliases[i % len(aliases)], i, max_tokens, tag))
              for i in range(n_clients)]
     done, pending = await asyncio.wait(tasks, timeout=ROUND_TIMEOUT)
     wall = time.perf_counter() - started
@@ -195,8 +196,12 @@ async def warm_started(server: servers.Server, aliases: list[str]) -> dict[str, 
 
 
 async def bench(groups: list[tuple[servers.Server, list[tuple[str, list[str], int]]]], reps: int,
-                args) -> list[dict]:
-    """Rounds for every (server, cases); the servers' order rotates from one case/rep to the next."""
+                args, fresh_prompts: bool = False) -> list[dict]:
+    """Rounds for every (server, cases); the servers' order rotates from one case/rep to the next.
+
+    With `fresh_prompts`, every round's prompts start with the round's number (the same on each
+    server), so no round reuses KV cached by an earlier one: a case whose requests the servers
+    cache differently (by adapter set) is then not timed against another that hits its cache."""
     clients = {s.name: make_client(s) for s, _ in groups}
     rounds = []
     try:
@@ -210,8 +215,9 @@ async def bench(groups: list[tuple[servers.Server, list[tuple[str, list[str], in
                     label, aliases, n_clients = case
                     for attempt in range(args.retries + 1):
                         _idle(args)
+                        tag = f"{n}.{attempt} " if fresh_prompts else ""
                         with CpuMeter(server) as cpu:
-                            r = await run_round(clients[server.name], server, aliases, n_clients)
+                            r = await run_round(clients[server.name], server, aliases, n_clients, tag=tag)
                         # jiffy resolution: a few ticks of "other" CPU in a short round is not noise
                         noisy = cpu.result["other_frac"] > args.noise and cpu.result["other_cpu_s"] > 0.05
                         r.update(case=label, rep=rep, cpu=cpu.result, attempt=attempt,
