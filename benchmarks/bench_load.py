@@ -12,7 +12,10 @@
   a new ``Llama`` (its cold load + first token above).
 * memory: resident set size (VmRSS) of the llamaserve process with ``idle_unload: 2s`` before the
   first request, with the model loaded, and after it was unloaded for idleness; llama-server with
-  ``--sleep-idle-seconds 2`` (it loads at start, then sleeps, freeing the model) alongside.
+  ``--sleep-idle-seconds 2`` (it loads at start, then sleeps, freeing the model) alongside. The
+  difference after unload is split by /proc/PID/smaps_rollup: anonymous memory (what the process
+  holds: heap, arenas, stacks) and the rest (clean pages of library code run for the first time,
+  which the kernel reclaims under pressure); a second load and unload shows whether it grows.
 
 Usage: python benchmarks/bench_load.py [--model small|mid] [--threads N] [--reps N] [--json OUT]
 """
@@ -80,6 +83,15 @@ def rss_bytes(pid: int) -> int:
     return 0
 
 
+def anon_bytes(pid: int) -> int:
+    """Anonymous resident memory (heap, arenas, thread stacks): what a process holds, unlike the
+    clean file-backed pages of the libraries' code, which the kernel takes back under pressure."""
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        if line.startswith("Anonymous:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
 def _request(server: servers.Server) -> None:
     async def go() -> None:
         client = make_client(server)
@@ -111,12 +123,18 @@ def rss_idle(path: Path, threads: int, workdir: Path) -> dict:
         s = group.add(servers.llamaserve(path, workdir, threads=threads, name="llamaserve-idle",
                                          idle_unload=IDLE_UNLOAD_S))
         pid = s.proc.pid
-        before = rss_bytes(pid)
+        before, anon_before = rss_bytes(pid), anon_bytes(pid)
         _request(s)
         loaded = sum(rss_bytes(p) for p in [pid, *servers.descendant_pids(pid)])    # the model's worker too
         _wait_unloaded(s)
         time.sleep(0.5)
         out["llamaserve"] = {"before_load": before, "loaded": loaded, "after_idle_unload": rss_bytes(pid)}
+        anon = {"before_load": anon_before, "after_idle_unload": anon_bytes(pid)}
+        _request(s)                     # a second load and unload: what the first left is not a leak
+        _wait_unloaded(s)
+        time.sleep(0.5)
+        out["llamaserve"]["after_second_unload"] = rss_bytes(pid)
+        anon["after_second_unload"] = anon_bytes(pid)
         s.stop()
         p = group.add(servers.llama_server(path, workdir, threads=threads, name="llama-server-idle",
                                            extra_args=["--sleep-idle-seconds", f"{IDLE_UNLOAD_S:g}"]))
@@ -127,6 +145,8 @@ def rss_idle(path: Path, threads: int, workdir: Path) -> dict:
     ours = out["llamaserve"]
     return {"model": str(path), "model_bytes": path.stat().st_size, "idle_unload_s": IDLE_UNLOAD_S,
             "rss_bytes": out, "after_minus_before": ours["after_idle_unload"] - ours["before_load"],
+            "anon_bytes": anon, "anon_after_minus_before": anon["after_idle_unload"] - anon["before_load"],
+            "second_minus_first": ours["after_second_unload"] - ours["after_idle_unload"],
             "ratio_after_idle": ours["after_idle_unload"] / out["llama-server"]["after_idle_unload"],
             "note": "llama-server loads at start (no 'before load'); --sleep-idle-seconds frees the model"}
 

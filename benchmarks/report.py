@@ -204,7 +204,11 @@ def rss_rows(rss: dict) -> list[Row]:
             ("RSS with the model loaded", ours["loaded"], "llama-server", peer["loaded"], "MiB"),
             ("RSS after idle unload", ours["after_idle_unload"], "llama-server after --sleep-idle-seconds",
              peer["after_idle_unload"], "MiB"),
-            ("RSS after idle unload minus before first load", rss["after_minus_before"], "-", None, "MiB")]
+            ("RSS after idle unload minus before first load", rss["after_minus_before"], "-", None, "MiB"),
+            *([("RSS after idle unload minus before first load: anonymous memory (heap, stacks)",
+                rss["anon_after_minus_before"], "-", None, "MiB"),
+               ("RSS after a second load and idle unload minus after the first", rss["second_minus_first"], "-",
+                None, "MiB")] if "anon_after_minus_before" in rss else [])]
 
 
 def roofline_lines(results: dict) -> list[str]:
@@ -254,7 +258,7 @@ def headline(results: dict) -> list[Row]:
                                                                "rewrite prompt, sibling pair: draft model (tok/s)")]
     rows += [r for r in load_rows(results) if r[0] in ("cold load + first token", "model switch: TTFT, model not loaded")]
     if rss := _result(results, "rss_idle"):
-        rows += rss_rows(rss)[-2:]
+        rows += rss_rows(rss)[2:4]
     return rows
 
 
