@@ -20,8 +20,13 @@ returns before its own code when no sequence has a set) or with eight per-sequen
 (llama_set_adapters_lora_seq, which the server uses). Equal throughput means single-adapter
 traffic costs the same as before the patch.
 
+The unpatched build: llama-server built from the pinned tree without vendor/patches runs the
+single-adapter rounds beside the patched one (on an unquantized base only: without patch 0003 a
+quantized base could take ggml's AMX kernels, which crash some machines), so patched/unpatched
+single-adapter throughput shows what the patches cost traffic that does not mix adapters.
+
 Usage: python benchmarks/bench_mixed_lora.py [--model small|mid] [--dtype f16|q8_0|q4_0] [--ranks 8,64]
-       [--adapters 1,2,4,8] [--clients 8,16] [--reps N] [--threads N] [--json OUT]
+       [--adapters 1,2,4,8] [--clients 8,16] [--reps N] [--threads N] [--no-upstream] [--json OUT]
 """
 
 from __future__ import annotations
@@ -52,16 +57,21 @@ async def served(path: Path, rank: int, args, workdir: Path) -> dict:
                                    loras=loras, name=f"llamaserve-r{rank}"),
                 servers.llama_server(path, workdir, threads=args.threads, parallel=parallel, n_ctx=N_CTX,
                                      loras=loras, name=f"llama-server-r{rank}")]
-        texts = {}
-        for s in pair:
-            group.add(s)
-            texts[s.name] = await warm_started(s, ["base", *loras])
         cases = [(case_name(n, c), [f"l{k}" for k in range(1, n + 1)], c)
                  for c in args.clients for n in args.adapters]
-        rounds = await bench([(s, cases) for s in pair], args.reps, args, fresh_prompts=True)
+        plan = [(s, cases) for s in pair]
+        if args.upstream and 1 in args.adapters:
+            unpatched = servers.llama_server(path, workdir, threads=args.threads, parallel=parallel, n_ctx=N_CTX,
+                                             loras=loras, name=f"llama-server-unpatched-r{rank}", upstream=True)
+            plan.append((unpatched, [case for case in cases if case[0].startswith("single@")]))
+        texts = {}
+        for s, _ in plan:
+            group.add(s)
+            texts[s.name] = await warm_started(s, ["base", *loras])
+        rounds = await bench(plan, args.reps, args, fresh_prompts=True)
     summary = summarize(rounds)
     print_table(f"Mixed adapters, rank {rank}", summary, args.noise)
-    return {"rank": rank, "servers": {s.name: s.cmd for s in pair}, "warmup_texts": texts,
+    return {"rank": rank, "servers": {s.name: s.cmd for s, _ in plan}, "warmup_texts": texts,
             "rounds": rounds, "summary": summary, "ratios": ratios(summary, rank, args)}
 
 
@@ -70,6 +80,9 @@ def ratios(summary: dict, rank: int, args) -> dict[str, float | None]:
     ours, peer = f"llamaserve-r{rank}", f"llama-server-r{rank}"
     for c in args.clients:
         single = summary.get(case_name(1, c), {})
+        a, b = single.get(peer), single.get(f"llama-server-unpatched-r{rank}")
+        if a and b and b["tok_s"]:
+            out[f"llama-server patched/unpatched single@c{c} r{rank}"] = a["tok_s"] / b["tok_s"]
         for n in args.adapters[1:] if args.adapters[0] == 1 else args.adapters:
             mix = summary.get(case_name(n, c), {})
             for name in (ours, peer):
@@ -157,6 +170,8 @@ def target(key: str) -> tuple[str, float] | None:
         return ">=", 0.85
     if key.startswith("ours/llama-server mix4"):
         return ">=", 1.5
+    if key.startswith("llama-server patched/unpatched"):
+        return ">=", 0.97           # within noise: the patches must cost single-adapter traffic nothing
     if "ttft_p95" in key:
         return "<=", 1.2
     return None
@@ -175,11 +190,16 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--adapters", type=_ints, default=[1, 2, 4, 8], help="adapters per case (1 = single)")
     ap.add_argument("--clients", type=_ints, default=[8, 16], help="concurrent clients per round")
     ap.add_argument("--reps", type=int, default=2, help="rounds per server and case")
+    ap.add_argument("--no-upstream", dest="upstream", action="store_false",
+                    help="skip llama-server built without vendor/patches (single-adapter rounds)")
     add_round_options(ap, retries=2)
     args = ap.parse_args(argv)
     if not args.adapters or min(args.adapters) < 1 or max(args.adapters) > 8:
         ap.error("--adapters must be 1..8 each")
     args.adapters = sorted(set(args.adapters))
+    if args.upstream and args.dtype != "f16":
+        print("note: no unpatched llama-server on a quantized base (it lacks patch 0003's AMX switch)")
+        args.upstream = False
     return run_report(amain, args)
 
 

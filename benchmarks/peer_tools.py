@@ -62,9 +62,46 @@ def _log(msg: str) -> None:
     print(f"[peer-tools] {msg}", file=sys.stderr, flush=True)
 
 
+class _Tree:
+    """A llama.cpp source tree and the folder its tools are built in."""
+
+    def __init__(self, source: Path, build: Path) -> None:
+        self.source, self.build = source, build
+        self.stamp = build / "peer-tools-cmake-flags.txt"      # the flags the folder was configured with
+
+    def tool_path(self, name: str) -> Path:
+        return self.build / "bin" / name
+
+    def made_of(self) -> str:
+        """What the tree is made of: its pin and patches (vendor/fetch.py's stamp)."""
+        stamp = self.source / ".llamacore-pin"
+        return stamp.read_text() if stamp.is_file() else ""
+
+    def current(self, name: str) -> bool:
+        """Whether tool ``name`` is built, by the configured flags, from the tree as it is now."""
+        built = self.build / f"{name}.tree"
+        return (self.tool_path(name).is_file() and self.configured() and built.is_file()
+                and built.read_text() == self.made_of())
+
+    def configured(self) -> bool:
+        return ((self.build / "CMakeCache.txt").is_file() and self.stamp.is_file()
+                and self.stamp.read_text() == "\n".join(_flags()))
+
+    def configure(self) -> None:
+        _log(f"configuring {self.source} -> {self.build}")
+        subprocess.run(["nice", "-n", "19", "cmake", "-S", str(self.source), "-B", str(self.build), *_flags()],
+                       check=True, stdout=sys.stderr)
+        self.stamp.write_text("\n".join(_flags()))
+
+
+VENDORED = _Tree(SOURCE, BUILD)
+# the pinned tree without vendor/patches: what the patches cost, side by side (bench_mixed_lora)
+UPSTREAM = _Tree(ROOT / "build" / "llama.cpp-upstream", ROOT / "build" / "peer-tools-upstream")
+
+
 def tool_path(name: str) -> Path:
     """Where the binary of tool ``name`` lives once built."""
-    return BUILD / "bin" / name
+    return VENDORED.tool_path(name)
 
 
 def _flags() -> list[str]:
@@ -74,55 +111,43 @@ def _flags() -> list[str]:
     return flags
 
 
-_STAMP = BUILD / "peer-tools-cmake-flags.txt"      # the flags the folder was configured with
-
-
-def _tree() -> str:
-    """What the vendored tree is made of: its pin and patches (vendor/fetch.py's stamp)."""
-    stamp = SOURCE / ".llamacore-pin"
-    return stamp.read_text() if stamp.is_file() else ""
-
-
-def _current(name: str) -> bool:
-    """Whether tool ``name`` is built, by the configured flags, from the tree as it is now."""
-    built = BUILD / f"{name}.tree"
-    return (tool_path(name).is_file() and _configured() and built.is_file()
-            and built.read_text() == _tree())
-
-
-def _configured() -> bool:
-    return (BUILD / "CMakeCache.txt").is_file() and _STAMP.is_file() and _STAMP.read_text() == "\n".join(_flags())
-
-
-def _configure() -> None:
-    _log(f"configuring {SOURCE} -> {BUILD}")
-    subprocess.run(["nice", "-n", "19", "cmake", "-S", str(SOURCE), "-B", str(BUILD), *_flags()],
-                   check=True, stdout=sys.stderr)
-    _STAMP.write_text("\n".join(_flags()))
-
-
-def ensure_tool(name: str, jobs: int = 2) -> Path:
-    """Return the path of llama.cpp tool ``name``, building it first if it is missing or stale."""
+def ensure_tool(name: str, jobs: int = 2, upstream: bool = False) -> Path:
+    """Return the path of llama.cpp tool ``name``, building it first if it is missing or stale; with
+    ``upstream``, built from the pinned tree without vendor/patches (extracted on first use)."""
     if name not in TOOLS:
         raise ValueError(f"unknown tool {name!r}; expected one of {TOOLS}")
-    path = tool_path(name)
-    if _current(name):
+    tree = UPSTREAM if upstream else VENDORED
+    path = tree.tool_path(name)
+    if tree.current(name):
         return path
-    BUILD.mkdir(parents=True, exist_ok=True)
-    with open(BUILD / ".lock", "w") as lock:  # one build at a time across processes
+    tree.build.mkdir(parents=True, exist_ok=True)
+    with open(tree.build / ".lock", "w") as lock:  # one build at a time across processes
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if _current(name):
+        if upstream:
+            _fetch().ensure_upstream_source(tree.source)
+        if tree.current(name):
             return path
-        if not _configured():          # new or changed flags: configure, then the target rebuilds
-            _configure()
+        if not tree.configured():          # new or changed flags: configure, then the target rebuilds
+            tree.configure()
         _log(f"building {name} (-j {jobs}; this takes a while the first time)")
-        subprocess.run(["nice", "-n", "19", "cmake", "--build", str(BUILD), "--target", name,
+        subprocess.run(["nice", "-n", "19", "cmake", "--build", str(tree.build), "--target", name,
                         "-j", str(jobs)], check=True, stdout=sys.stderr)
         if not path.is_file():
             raise FileNotFoundError(f"{name} was built but {path} does not exist")
-        (BUILD / f"{name}.tree").write_text(_tree())
+        (tree.build / f"{name}.tree").write_text(tree.made_of())
     _log(f"built {path}")
     return path
+
+
+def _fetch():
+    """vendor/fetch.py, which is a script, not a package module."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("llamacore_vendor_fetch", ROOT / "vendor" / "fetch.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _cpu_ticks() -> tuple[int, int]:

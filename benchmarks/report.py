@@ -107,6 +107,10 @@ def mixed_lora_rows(mixed: dict) -> list[Row]:
             if o and p:
                 rows.append((f"rank {rank}, {case.replace('@c', ', ')} clients (tok/s)", o["tok_s"],
                              "llama-server (per-request lora)", p["tok_s"], ""))
+            u = by.get(f"llama-server-unpatched-r{rank}")
+            if p and u:     # what vendor/patches cost traffic that does not mix adapters
+                rows.append((f"rank {rank}, {case.replace('@c', ', ')} clients: llama-server, patched build (tok/s)",
+                             p["tok_s"], "llama-server built without vendor/patches", u["tok_s"], ""))
         for key, value in r["ratios"].items():
             if "/single" in key and key.startswith("llamaserve"):
                 peer = r["ratios"].get(key.replace("llamaserve", "llama-server"))

@@ -198,6 +198,7 @@ async def warm_started(server: servers.Server, aliases: list[str]) -> dict[str, 
 async def bench(groups: list[tuple[servers.Server, list[tuple[str, list[str], int]]]], reps: int,
                 args, fresh_prompts: bool = False) -> list[dict]:
     """Rounds for every (server, cases); the servers' order rotates from one case/rep to the next.
+    The first server's cases set the order; another server runs those of its own list.
 
     With `fresh_prompts`, every round's prompts start with the round's number (the same on each
     server), so no round reuses KV cached by an earlier one: a case whose requests the servers
@@ -211,7 +212,9 @@ async def bench(groups: list[tuple[servers.Server, list[tuple[str, list[str], in
             for case in cases:
                 order = groups[n % len(groups):] + groups[:n % len(groups)]
                 n += 1
-                for server, _ in order:
+                for server, own in order:
+                    if case not in own:
+                        continue
                     label, aliases, n_clients = case
                     for attempt in range(args.retries + 1):
                         _idle(args)

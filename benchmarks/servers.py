@@ -211,14 +211,14 @@ def llamaserve(model: Path, workdir: Path, *, threads: int, parallel: int = 8, n
 
 def llama_server(model: Path, workdir: Path, *, threads: int, parallel: int = 8, n_ctx: int = 256,
                  loras: dict[str, Path] | None = None, name: str = "llama-server",
-                 extra_args: list[str] | None = None) -> Server:
+                 extra_args: list[str] | None = None, upstream: bool = False) -> Server:
     """llama.cpp's server: ``parallel`` slots sharing one unified KV pool of ``n_ctx`` x ``parallel``
-    cells (as llamaserve's default), fa off.
+    cells (as llamaserve's default), fa off; with ``upstream``, built without vendor/patches.
 
     With ``loras`` every request names its adapter scales: ``"lora": [{"id": i, "scale": 1.0}]``
     for adapter i, all at 0.0 for "base" (see Server.targets).
     """
-    binary = ensure_tool("llama-server")
+    binary = ensure_tool("llama-server", upstream=upstream)
     port = free_port()
     cmd = [str(binary), "-m", str(model), "--host", HOST, "--port", str(port),
            "-np", str(parallel), "-c", str(n_ctx * parallel), "--kv-unified", "--cont-batching",

@@ -97,9 +97,11 @@ def apply_patch(tree: Path, patch: Path) -> None:
             f"(pin {load_pin()['version']}): update the patch for this tree.\n{result.stdout}{result.stderr}")
 
 
-def extract(archive: Path, pin: dict[str, str]) -> None:
+def extract(archive: Path, pin: dict[str, str], into: Path = TREE, patches: bool = True) -> None:
+    """Replace `into` with the pinned tree from `archive`, patched unless `patches` is false."""
     prefix = f"{archive.name[: -len('.tar.gz')]}/{pin['subdir']}/"
-    with tempfile.TemporaryDirectory(dir=VENDOR) as tmp, tarfile.open(archive) as tar:
+    into.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=into.parent) as tmp, tarfile.open(archive) as tar:
         members = []
         for m in tar.getmembers():
             if m.name.startswith(prefix) and (m.isfile() or m.isdir()):
@@ -109,12 +111,12 @@ def extract(archive: Path, pin: dict[str, str]) -> None:
             raise RuntimeError(f"{archive} has no {pin['subdir']}/ tree")
         out = Path(tmp) / "llama.cpp"
         tar.extractall(out, members=members, filter="data")
-        for patch in patch_files():
+        for patch in patch_files() if patches else []:
             apply_patch(out, patch)
-        (out / STAMP.name).write_text(stamp_text(pin))
-        if TREE.exists():
-            shutil.rmtree(TREE)
-        os.replace(out, TREE)
+        (out / STAMP.name).write_text(stamp_text(pin) if patches else pin["sha256"] + "\n")
+        if into.exists():
+            shutil.rmtree(into)
+        os.replace(out, into)
 
 
 def ensure_source() -> Path:
@@ -124,6 +126,15 @@ def ensure_source() -> Path:
         return TREE
     extract(download(pin), pin)
     return TREE
+
+
+def ensure_upstream_source(into: Path) -> Path:
+    """The pinned tree without vendor/patches, at `into` (a benchmark's unpatched peer)."""
+    pin = load_pin()
+    stamp = into / STAMP.name
+    if not (stamp.exists() and stamp.read_text() == pin["sha256"] + "\n"):
+        extract(download(pin), pin, into, patches=False)
+    return into
 
 
 if __name__ == "__main__":
