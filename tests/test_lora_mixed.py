@@ -238,6 +238,77 @@ def test_clearing_falls_back_to_the_context_wide_set(tiny_model, adapters):
     np.testing.assert_array_equal(out[0], ref[0])
 
 
+def pool_lines(capsys) -> list[str]:
+    """llama.cpp's info lines since the last call that announce a slot pool allocation."""
+    return [line for line in capsys.readouterr().err.splitlines() if "LoRA slot pool" in line]
+
+
+def test_reserved_pool_holds_its_adapters_and_mixed_batches_allocate_nothing(tiny_model, adapters, capsys):
+    sets = sets_of(adapters)
+    fresh = new_ctx(tiny_model)
+    for seq, s in enumerate(sets):
+        fresh.set_sequence_adapters(seq, s)
+    want = run(fresh, tiny_model)                 # the pool allocated and filled by the first mixed batch
+
+    ctx = new_ctx(tiny_model)
+    llamacore.set_verbose(True)
+    try:
+        capsys.readouterr()
+        ctx.reserve_adapter_pool(list(adapters.values()) + [adapters["a"]])   # a repeat counts once
+        reserved = pool_lines(capsys)
+        ctx.reserve_adapter_pool([adapters["b"], adapters["r8"]])            # held already: nothing new
+        again = pool_lines(capsys)
+        for seq, s in enumerate(sets):
+            ctx.set_sequence_adapters(seq, s)
+        got = run(ctx, tiny_model)
+        during = pool_lines(capsys)
+    finally:
+        llamacore.set_verbose(False)
+    assert len(reserved) == 1 and "(4 slots, rank 8)" in reserved[0], reserved    # exactly the four
+    assert again == [] and during == [], (again, during)
+    for step, (g, w) in enumerate(zip(got, want)):
+        np.testing.assert_array_equal(g, w, err_msg=f"step {step}")      # same slots' contents, same sums
+
+
+def test_reserving_the_pool_checks_its_adapters(tiny_model, adapters, tiny_model_f16_path, lora_a_path,
+                                                 monkeypatch, capsys):
+    ctx = new_ctx(tiny_model)
+    with pytest.raises(TypeError, match="LoraAdapter"):
+        ctx.reserve_adapter_pool(["a.gguf"])
+    other = llamacore.LoraAdapter(llamacore.Model(tiny_model_f16_path), lora_a_path)
+    with pytest.raises(ValueError, match="another model"):
+        ctx.reserve_adapter_pool([adapters["a"], other])
+    ctx.reserve_adapter_pool([])                   # nothing to hold: no pool
+    monkeypatch.setenv("LLAMA_LORA_POOL_DISABLE", "1")
+    unpooled = new_ctx(tiny_model)                 # the switch is read when a context is created
+    llamacore.set_verbose(True)
+    try:
+        capsys.readouterr()
+        ctx.reserve_adapter_pool([])
+        unpooled.reserve_adapter_pool(adapters.values())
+        assert pool_lines(capsys) == []
+    finally:
+        llamacore.set_verbose(False)
+
+
+def test_engine_reserves_the_pool_for_its_adapters(tiny_model_path, lora_a_path, lora_b_path, capsys):
+    from llamaserve.engine import Engine
+
+    llamacore.set_verbose(True)
+    try:
+        capsys.readouterr()
+        engine = Engine(tiny_model_path, [lora_a_path], parallel=2, n_ctx=128,
+                        context_kwargs={"n_threads": N_THREADS})
+        loaded = pool_lines(capsys)
+        engine.add_adapter(lora_b_path)            # worker not started: runs here, as an admin load would
+        added = pool_lines(capsys)
+        engine.close()
+    finally:
+        llamacore.set_verbose(False)
+    assert len(loaded) == 1 and "(1 slots" in loaded[0], loaded
+    assert len(added) == 1 and "(2 slots" in added[0], added
+
+
 def test_bad_inputs_raise_before_llama_cpp(tiny_model, adapters, tiny_model_f16_path, lora_a_path):
     a, b = adapters["a"], adapters["b"]
     ctx = new_ctx(tiny_model)

@@ -26,6 +26,5 @@ cdef class Context:
     cdef int _run(self, Batch batch, bint encode) except -1
     cdef int _raise_failed(self, int rc, int n_tokens, bint encode) except -1
     cdef int _check_seq(self, int seq_id, bint allow_all) except -1
-    cdef dict _apply_adapters(self, int seq_id, adapters)
     cdef int _attach_pools(self) except -1
     cdef void _free_pools(self) noexcept

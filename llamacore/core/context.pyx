@@ -222,37 +222,7 @@ cdef class Context:
     def reset_perf(self):
         llama.llama_perf_context_reset(self.ptr)
 
-    # -- LoRA --------------------------------------------------------------------------------
-
-    cdef dict _apply_adapters(self, int seq_id, adapters):
-        """Give sequence `seq_id` (-1: the whole context) exactly these adapters; returns them checked.
-
-        Every key must be a LoraAdapter of this context's model and every scale finite.
-        """
-        checked = {}
-        for adapter, scale in dict(adapters).items():
-            if not isinstance(adapter, LoraAdapter):
-                raise TypeError(f"expected LoraAdapter keys, got {type(adapter).__name__}")
-            if (<LoraAdapter>adapter).model is not self.model:
-                raise ValueError(f"adapter {(<LoraAdapter>adapter).path} was loaded for another model")
-            value = float(scale)
-            if not math.isfinite(value):
-                raise ValueError(f"scale of adapter {(<LoraAdapter>adapter).path} must be a finite number, got {scale!r}")
-            checked[adapter] = value
-        cdef vector[llama.llama_adapter_lora *] ptrs
-        cdef vector[float] scales
-        for adapter, value in checked.items():
-            ptrs.push_back((<LoraAdapter>adapter).ptr)
-            scales.push_back(value)
-        cdef int32_t rc
-        if seq_id < 0:
-            rc = llama.llama_set_adapters_lora(self.ptr, ptrs.data(), ptrs.size(), scales.data())
-        else:
-            rc = llama.llama_set_adapters_lora_seq(self.ptr, seq_id, ptrs.data(), ptrs.size(), scales.data())
-        if rc != 0:
-            whose = "the context" if seq_id < 0 else f"sequence {seq_id}"
-            raise ValueError(f"llama.cpp refused the adapter set of {whose} ({rc})")
-        return checked
+    # -- LoRA (bodies in core/context_lora.pyx) ---------------------------------------------
 
     def set_adapters(self, adapters):
         """Apply exactly these adapters with these scales ({LoraAdapter: scale}); {} clears.
@@ -261,7 +231,7 @@ cdef class Context:
         (set_sequence_adapters). Only the context's adapter list changes: no weights are read
         or copied, but llama.cpp re-plans its compute graph on the next decode.
         """
-        self._adapters = self._apply_adapters(-1, adapters)
+        self._adapters = _adapters_apply(self, -1, adapters)
 
     @property
     def adapters(self):
@@ -278,7 +248,7 @@ cdef class Context:
         under its old set: clear it (kv_remove) unless that is what you want.
         """
         self._check_seq(seq_id, False)
-        self._seq_adapters[seq_id] = self._apply_adapters(seq_id, adapters)
+        self._seq_adapters[seq_id] = _adapters_apply(self, seq_id, adapters)
 
     def clear_sequence_adapters(self, int seq_id):
         """Sequence `seq_id` goes back to the context-wide adapters (set_adapters)."""
@@ -291,6 +261,17 @@ cdef class Context:
         """The adapters sequence `seq_id` decodes with: its own set, else the context-wide one."""
         self._check_seq(seq_id, False)
         return dict(self._seq_adapters.get(seq_id, self._adapters))
+
+    def reserve_adapter_pool(self, adapters):
+        """Copy these adapters (an iterable of LoraAdapter) into llama.cpp's LoRA slot pool now.
+
+        A batch mixing adapter sets reads each token's adapters from that pool; the first batch
+        to mix adapters the pool lacks allocates or grows it and copies them, which takes a
+        second or more for large adapters. Calling this when the adapters load moves that cost
+        there, and sizes the pool for exactly these adapters. Adapters the pool cannot take
+        (expert weights, several ranks in one adapter) are skipped.
+        """
+        _adapter_pool_reserve(self, adapters)
 
     # -- KV cache ----------------------------------------------------------------------------
 

@@ -264,6 +264,7 @@ cdef extern from "llama.h" nogil:
     # vendor/patches/0001-per-sequence-lora-adapter-sets.patch
     int32_t llama_set_adapters_lora_seq(llama_context * ctx, llama_seq_id seq_id, llama_adapter_lora ** adapters, size_t n_adapters, const float * scales)
     int32_t llama_clear_adapters_lora_seq(llama_context * ctx, llama_seq_id seq_id)
+    int32_t llama_reserve_adapters_lora_pool(llama_context * ctx, llama_adapter_lora ** adapters, size_t n_adapters)
 
     void llama_memory_clear(llama_memory_t mem, bint data)
     bint llama_memory_seq_rm(llama_memory_t mem, llama_seq_id seq_id, llama_pos p0, llama_pos p1)
