@@ -256,13 +256,13 @@ class Engine:
         return self.adapters[path]
 
     def _reserve_adapter_pool(self) -> None:
-        """Copy the adapters into llama.cpp's slot pool now (at load, or when one is added), sized for
-        them: otherwise the first step that mixes them allocates and fills it (up to 1.5 s for eight
-        rank-64 adapters of a 155M model on 2 cores, measured) and sizes it for twice as many."""
+        """Copy adapters into llama.cpp's slot pool now (at load, or when one is added), else the first
+        step mixing them allocates and fills it (up to 1.5 s for eight rank-64 adapters of a 155M model
+        on 2 cores). One per sequence at most: a step mixes no more, and the pool is an F32 copy."""
         if not self.adapters:
             return
         try:
-            self.ctx.reserve_adapter_pool(self.adapters.values())
+            self.ctx.reserve_adapter_pool(list(self.adapters.values())[:self.ctx.n_seq_max])
         except (MemoryError, ValueError) as exc:   # mixed steps then fill it themselves, or go per adapter
             log.warning("LoRA slot pool of %s not reserved: %s", self._name, exc)
 

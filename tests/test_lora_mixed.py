@@ -303,10 +303,15 @@ def test_engine_reserves_the_pool_for_its_adapters(tiny_model_path, lora_a_path,
         engine.add_adapter(lora_b_path)            # worker not started: runs here, as an admin load would
         added = pool_lines(capsys)
         engine.close()
+        # no more adapters than sequences: a step mixes no more, and the pool is a copy of each
+        Engine(tiny_model_path, [lora_a_path, lora_b_path], parallel=1, n_ctx=128,
+               context_kwargs={"n_threads": N_THREADS}).close()
+        one_sequence = pool_lines(capsys)
     finally:
         llamacore.set_verbose(False)
     assert len(loaded) == 1 and "(1 slots" in loaded[0], loaded
     assert len(added) == 1 and "(2 slots" in added[0], added
+    assert len(one_sequence) == 1 and "(1 slots" in one_sequence[0], one_sequence
 
 
 def test_bad_inputs_raise_before_llama_cpp(tiny_model, adapters, tiny_model_f16_path, lora_a_path):
