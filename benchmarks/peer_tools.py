@@ -99,11 +99,6 @@ VENDORED = _Tree(SOURCE, BUILD)
 UPSTREAM = _Tree(ROOT / "build" / "llama.cpp-upstream", ROOT / "build" / "peer-tools-upstream")
 
 
-def tool_path(name: str) -> Path:
-    """Where the binary of tool ``name`` lives once built."""
-    return VENDORED.tool_path(name)
-
-
 def _flags() -> list[str]:
     flags = list(CMAKE_FLAGS)
     if shutil.which("ccache"):

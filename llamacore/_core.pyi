@@ -11,7 +11,6 @@ from typing_extensions import disjoint_base
 POOLING_TYPES: dict[str, int]
 ROPE_SCALING_TYPES: dict[str, int]
 DEFAULT_EXTRA_BUFTS: bool
-LORA_POOL_MAX_ADAPTERS: int
 def default_extra_bufts(path: str | PathLike[str]) -> bool: ...
 
 def set_verbose(verbose: bool) -> None: ...

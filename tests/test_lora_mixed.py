@@ -112,6 +112,11 @@ def reference(model, adapter_set, forced, between=None):
     return run(ctx, model, forced, between)
 
 
+def pool_lines(capsys) -> list[str]:
+    """llama.cpp's info lines since the last call that announce a slot pool allocation."""
+    return [line for line in capsys.readouterr().err.splitlines() if "LoRA slot pool" in line]
+
+
 def test_mixed_batch_matches_each_set_applied_globally(tiny_model, adapters, mixed_path, capsys):
     sets = sets_of(adapters)
     ctx = new_ctx(tiny_model)
@@ -125,7 +130,7 @@ def test_mixed_batch_matches_each_set_applied_globally(tiny_model, adapters, mix
     finally:
         llamacore.set_verbose(False)
     # the pool has a slot for each of the four adapters and room for as many more, of rank 8
-    pooled = [line for line in capsys.readouterr().err.splitlines() if "LoRA slot pool" in line]
+    pooled = pool_lines(capsys)
     assert (pooled and "(8 slots, rank 8)" in pooled[0]) if mixed_path == "pool" else not pooled, pooled
     forced = [m.argmax(axis=1) for m in mixed]
     # steady state reuses the graph: the per-token scales are inputs, not part of its shape
@@ -236,11 +241,6 @@ def test_clearing_falls_back_to_the_context_wide_set(tiny_model, adapters):
     out = run(ctx, tiny_model)
     ref = reference(tiny_model, {a: 1.0}, [m.argmax(axis=1) for m in out])
     np.testing.assert_array_equal(out[0], ref[0])
-
-
-def pool_lines(capsys) -> list[str]:
-    """llama.cpp's info lines since the last call that announce a slot pool allocation."""
-    return [line for line in capsys.readouterr().err.splitlines() if "LoRA slot pool" in line]
 
 
 def test_reserved_pool_holds_its_adapters_and_mixed_batches_allocate_nothing(tiny_model, adapters, capsys):

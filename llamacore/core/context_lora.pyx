@@ -37,24 +37,19 @@ cdef _adapter_check(Context ctx, adapter):
         raise ValueError(f"adapter {(<LoraAdapter>adapter).path} was loaded for another model")
 
 
-# the slots a pool holds besides its zero slot (LLAMA_ADAPTER_LORA_POOL_MAX_SLOTS - 1 in llama.cpp)
-LORA_POOL_MAX_ADAPTERS = 63
-
-
 cdef _adapter_pool_reserve(Context ctx, adapters):
+    """Reserve the slot pool for these adapters; llama.cpp refuses more than its pool holds (-1)."""
     unique = list(dict.fromkeys(adapters))
     for adapter in unique:
         _adapter_check(ctx, adapter)
-    if len(unique) > LORA_POOL_MAX_ADAPTERS:
-        raise ValueError(f"{len(unique)} adapters do not fit in a LoRA slot pool "
-                         f"(at most {LORA_POOL_MAX_ADAPTERS})")
     cdef vector[llama.llama_adapter_lora *] ptrs
     for adapter in unique:
         ptrs.push_back((<LoraAdapter>adapter).ptr)
     cdef int32_t rc
+    _error_mark()
     with nogil:
         rc = llama.llama_reserve_adapters_lora_pool(ctx.ptr, ptrs.data(), ptrs.size())
     if rc == -2:
         raise MemoryError("llama.cpp could not allocate the LoRA slot pool")
     if rc != 0:
-        raise ValueError(f"llama.cpp refused to reserve the LoRA slot pool ({rc})")
+        raise ValueError(f"llama.cpp refused to reserve the LoRA slot pool: {_errors_since_mark() or rc}")
