@@ -5,10 +5,12 @@ and llama-server (the same eight adapters, per-request ``"lora"`` scales) side b
 round runs C concurrent clients spread over N adapters (client i on adapter i mod N) for C in
 --clients and N in --adapters; "single" is N = 1. Reported: aggregate tokens/s, mixN/single per
 server (how much mixing adapters costs), ours/llama-server, and TTFT p95 mixed vs single.
-Every round's prompts are new (led by the round's number): both servers keep KV only for the
-adapter set it was computed with, so repeating one prompt set would let single-adapter rounds
-reuse the previous round's prompts where mixed rounds mostly could not, and TTFT would compare
-cache hits with prefills.
+Every round's prompts are new (client i's led by i and the round's number): both servers keep KV
+only for the adapter set it was computed with, so repeating one prompt set would let
+single-adapter rounds reuse the previous round's prompts where mixed rounds mostly could not, and
+TTFT would compare cache hits with prefills. For the same reason the prompts of one round share
+only their first token: llamaserve copies a prompt prefix between sequences on one adapter set,
+which a single-adapter round could do and a mixed one could not.
 
 Which base matters: the gain of one batch over adapter groups taking turns is what batching
 gains, which is most on a memory-bound base (a quantized model, where a step costs about the

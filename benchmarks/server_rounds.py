@@ -88,9 +88,11 @@ async def one_request(client: AsyncOpenAI, server: servers.Server, alias: str, i
 
 async def run_round(client: AsyncOpenAI, server: servers.Server, aliases: list[str], n_clients: int,
                     max_tokens: int = N_GEN, tag: str = "") -> dict:
-    """n_clients concurrent requests, client i on aliases[i % len(aliases)], prompts led by `tag`."""
+    """n_clients concurrent requests, client i on aliases[i % len(aliases)]; with a `tag`, client i's
+    prompt is led by "i/" and the tag, so the prompts of one round share no more than their first token."""
     started = time.perf_counter()
-    tasks = [asyncio.create_task(one_request(client, server, aliases[i % len(aliases)], i, max_tokens, tag))
+    tasks = [asyncio.create_task(one_request(client, server, aliases[i % len(aliases)], i, max_tokens,
+                                             f"{i}/{tag}" if tag else ""))
              for i in range(n_clients)]
     done, pending = await asyncio.wait(tasks, timeout=ROUND_TIMEOUT)
     wall = time.perf_counter() - started
@@ -200,9 +202,12 @@ async def bench(groups: list[tuple[servers.Server, list[tuple[str, list[str], in
     """Rounds for every (server, cases); the servers' order rotates from one case/rep to the next.
     The first server's cases set the order; another server runs those of its own list.
 
-    With `fresh_prompts`, every round's prompts start with the round's number (the same on each
-    server), so no round reuses KV cached by an earlier one: a case whose requests the servers
-    cache differently (by adapter set) is then not timed against another that hits its cache."""
+    With `fresh_prompts`, client i's prompt in every round starts with i and the round's number (the
+    same on each server), so no round reuses KV cached by an earlier one and the prompts of one round
+    share only their first token: a case whose requests the servers cache differently (by adapter
+    set) is then not timed against another that hits its cache, and a single-adapter round does not
+    copy one client's prompt into the others' sequences where a mixed round (other adapters) could
+    not."""
     clients = {s.name: make_client(s) for s, _ in groups}
     rounds = []
     try:

@@ -233,7 +233,8 @@ def describe(config: ServerConfig) -> str:
                 f"idle unload: {_seconds(config.idle_unload)}  "
                 f"parallel: {config.parallel}  max queue: {config.max_queue}  "
                 f"kv cache: {'unified' if config.kv_unified else 'per sequence'}  "
-                f"shared prefixes: {'on' if config.share_prefixes else 'off'}")
+                f"shared prefixes: {'on' if config.share_prefixes else 'off'}  "
+                f"idle KV in host memory: {_bytes(config.cache_ram) if config.cache_ram else 'off'}")
     runtime = (f"runtime adapters: {', '.join(map(str, config.adapters_dirs))}  "
                f"persisted: {'yes' if config.persist_adapters else 'no'}" if config.adapters_dirs
                else "runtime adapters: off (no adapters_dir)")
@@ -249,7 +250,8 @@ def describe(config: ServerConfig) -> str:
         extras = {"chat_format": entry.chat_format, "chat_template": entry.chat_template and "custom",
                   "idle_unload": entry.idle_unload and _seconds(entry.idle_unload),
                   "parallel": entry.parallel, "max_queue": entry.max_queue,
-                  "kv_unified": entry.kv_unified, "share_prefixes": entry.share_prefixes}
+                  "kv_unified": entry.kv_unified, "share_prefixes": entry.share_prefixes,
+                  "cache_ram": entry.cache_ram and _bytes(entry.cache_ram)}
         shown = [f"{key}={value}" for key, value in extras.items() if value is not None]
         if shown:
             lines.append("    " + ", ".join(shown))

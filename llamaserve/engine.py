@@ -36,6 +36,7 @@ from llamaserve.draft_model import DraftModel, DraftModelSpec
 from llamaserve.errors import EngineClosedError, QueueFullError
 from llamaserve.gen_request import Emitted, GenRequest, Sampled
 from llamaserve.request_sampling import RequestSamplers
+from llamaserve.prompt_cache import PromptCache, restore_sequence, save_sequence
 from llamaserve.scheduler import Scheduler, StepPlan
 from llamaserve.speculative import Drafter, PromptLookup
 
@@ -48,7 +49,7 @@ class Engine:
     """A base model, its adapters and a context of `parallel` sequences, served by one thread."""
 
     def __init__(self, model_path: str, adapter_paths: list[str], *, parallel: int = 4, max_queue: int = 64,
-                 n_ctx: int = 2048, kv_unified: bool = True, share_prefixes: bool = True,
+                 n_ctx: int = 2048, kv_unified: bool = True, share_prefixes: bool = True, cache_ram: int = 0,
                  speculative: PromptLookup | DraftModelSpec | None = None, projector_path: str | None = None,
                  seed: int | None = None, model_kwargs: dict[str, Any] | None = None,
                  context_kwargs: dict[str, Any] | None = None) -> None:
@@ -66,8 +67,11 @@ class Engine:
             speculative, self.model, n_seq=parallel, n_ctx_seq=self.n_ctx_seq, n_threads=self.ctx.n_threads,
             model_kwargs={k: v for k, v in (model_kwargs or {}).items() if k in ("n_gpu_layers", "main_gpu")})
         # sharing a prefix between sequences copies part of one: only a unified cache can
+        # idle slots' KV moves to host memory only from a unified cache: per-sequence caches widen no attention
+        self._prompt_cache = PromptCache(cache_ram) if cache_ram > 0 and self.ctx.kv_unified else None
         self.scheduler = Scheduler(parallel, n_batch=self.ctx.n_batch, n_ctx_seq=self.n_ctx_seq,
-                                   share_prefixes=share_prefixes and self.ctx.kv_unified, drafter=drafter)
+                                   share_prefixes=share_prefixes and self.ctx.kv_unified, drafter=drafter,
+                                   prompt_cache=self._prompt_cache)
         self._name = os.path.basename(model_path)
         self._samplers = RequestSamplers(self.model, self.ctx, seed)
         self._inbox: deque[GenRequest] = deque()
@@ -109,7 +113,7 @@ class Engine:
         """Weights plus the KV cache (an estimate of what unloading frees)."""
         m = self.model
         kv = 2 * m.n_layer * self.ctx.n_ctx * (m.n_embd // max(m.n_head, 1)) * m.n_head_kv * 2
-        return m.size + kv
+        return m.size + kv + (self._prompt_cache.size if self._prompt_cache else 0)
 
     def speculative_counts(self) -> tuple[int, int] | None:
         """(draft tokens decoded, drafts accepted) since the model loaded; None without speculative decoding."""
@@ -283,6 +287,10 @@ class Engine:
         admitted, events = self.scheduler.admit()
         self._emit(events)
         for a in admitted:
+            if a.evicted is not None:       # the slot's earlier prompt goes to host memory before it is replaced
+                save_sequence(self.ctx, a.slot.seq, *a.evicted, self._prompt_cache)     # type: ignore[arg-type]
+            if a.restore is not None and not restore_sequence(self.ctx, a.slot.seq, a.restore):
+                self.scheduler.forget_cache(a.slot)     # no room for it now: the prompt is decoded whole
             if not self.ctx.kv_remove(a.slot.seq, a.keep, -1):
                 self.ctx.kv_remove(a.slot.seq, 0, -1)      # removing a whole sequence always works
                 if a.source is None:
@@ -301,6 +309,11 @@ class Engine:
             self._emit([(a.req, Started(len(a.slot.cached), now))])
             if a.req.progress:          # the first report: what the cache held, before any decode
                 self._emit([(a.req, Progress(len(a.slot.cached), now))])
+        if admitted and self._prompt_cache is not None:     # a task starts: idle KV goes to host memory
+            for slot in self.scheduler.idle_caches():
+                save_sequence(self.ctx, slot.seq, slot.adapters, slot.cached, self._prompt_cache)
+                self.ctx.kv_remove(slot.seq, 0, -1)
+                self.scheduler.forget_cache(slot)
 
     def _fail_running(self, exc: Exception) -> None:
         """An unexpected error ends the running requests, not the worker: a dead worker hangs them all."""

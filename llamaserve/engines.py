@@ -62,6 +62,7 @@ def build_engine(entry: ModelEntry, config: ServerConfig, label: str, watch: Sup
         "max_queue": _either(entry.max_queue, config.max_queue),
         "kv_unified": _either(entry.kv_unified, config.kv_unified),
         "share_prefixes": _either(entry.share_prefixes, config.share_prefixes),
+        "cache_ram": _either(entry.cache_ram, config.cache_ram),
         "n_ctx": params.get("n_ctx", 2048),
         "seed": params.get("seed"),     # config rejects pooling_type for generation entries
         "model_kwargs": {k: v for k, v in params.items() if k in MODEL_KEYS},

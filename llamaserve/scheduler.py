@@ -46,6 +46,7 @@ from llamacore.events import EngineEvent, Failed, Finished, FinishReason, Token
 from llamacore.multimodal import image_boundary
 from llamacore.prefix import AdapterKey, common_prefix, reusable_prefix
 from llamaserve.gen_request import Emitted, GenRequest, Sampled
+from llamaserve.prompt_cache import CachedPrompt, PromptCache
 from llamaserve.speculative import DraftIndex, Drafter
 
 log = logging.getLogger(__name__)
@@ -76,14 +77,18 @@ class Slot:
 
 @dataclass(frozen=True)
 class Admission:
-    """A request placed in a slot; the executor trims the slot's KV to `keep` tokens, then, when
-    `source` is set, shares that slot's first `shared` positions into it (keep is 0 then)."""
+    """A request placed in a slot; the executor saves the slot's sequence to the prompt cache when
+    `evicted` is set (its adapters and tokens), loads `restore` into the slot when that is set, trims
+    the slot's KV to `keep` tokens, then, when `source` is set, shares that slot's first `shared`
+    positions into it (keep is 0 then)."""
 
     slot: Slot
     req: GenRequest
     keep: int
     source: Slot | None = None
     shared: int = 0
+    restore: CachedPrompt | None = None     # a saved sequence to load into the slot first
+    evicted: tuple[AdapterKey, list[int]] | None = None   # what the slot held, to save before all that
 
 
 @dataclass(frozen=True)
@@ -119,7 +124,8 @@ class Scheduler:
     """Slots, waiting requests and the policy that packs them into decode steps."""
 
     def __init__(self, n_slots: int, *, n_batch: int, n_ctx_seq: int, share_prefixes: bool = False,
-                 share_min: int = 64, drafter: Drafter | None = None) -> None:
+                 share_min: int = 64, drafter: Drafter | None = None,
+                 prompt_cache: PromptCache | None = None) -> None:
         self.slots = [Slot(seq) for seq in range(n_slots)]
         self.waiting: deque[GenRequest] = deque()
         self.n_batch = n_batch
@@ -127,6 +133,7 @@ class Scheduler:
         self.share_prefixes = share_prefixes
         self.share_min = share_min
         self.drafter = drafter
+        self.prompt_cache = prompt_cache     # idle slots' sequences, saved in host memory by the executor
         self.drafted = 0                 # draft tokens decoded, and how many of them were accepted
         self.accepted = 0
         self.verified = 0                # decode steps that verified a draft
@@ -171,10 +178,25 @@ class Scheduler:
             if coming >= self.share_min and coming > max(keep, shared):
                 deferred.append(req)        # a sequence is computing a longer shared prefix: wait for it
                 continue
-            if shared > keep:
-                keep = 0
+            restore, restored = self.prompt_cache.best(req.adapters, req.tokens) if self.prompt_cache else (None, 0)
+            restored = image_boundary(req.tokens, restored)
+            if restore is not None and restored > max(keep, shared, 1):    # more than a BOS to gain
+                self.prompt_cache.take(restore)                            # type: ignore[union-attr]
+                slot = min(free, key=lambda s: len(s.cached))              # an empty slot when there is one
+                kept = 0
             else:
-                source, shared = None, 0
+                restore = None
+                if shared > keep:
+                    keep = 0
+                else:
+                    source, shared = None, 0
+                kept = keep
+            # a slot about to lose more of its cached prompt than it keeps saves it to host memory first
+            evicted = (slot.adapters, list(slot.cached)) \
+                if self.prompt_cache is not None and len(slot.cached) - kept > max(kept, 1) else None
+            if restore is not None:
+                slot.cached = list(restore.tokens)
+                keep, source, shared = restored, None, 0
             del slot.cached[keep:]
             if source is not None:
                 slot.cached = list(req.tokens[:shared])
@@ -183,7 +205,7 @@ class Scheduler:
             slot.ngrams = self.drafter.index(slot.seq) if self.drafter else None
             slot.pending = list(req.tokens[len(slot.cached):])
             slot.state = SlotState.PREFILLING
-            admitted.append(Admission(slot, req, keep, source, shared))
+            admitted.append(Admission(slot, req, keep, source, shared, restore, evicted))
         self.waiting.extendleft(reversed(deferred))
         return admitted, events
 
@@ -215,6 +237,12 @@ class Scheduler:
             if slot.req is None and any(p == path for p, _ in slot.adapters):
                 slot.cached.clear()
                 slot.adapters = ()
+        if self.prompt_cache is not None:
+            self.prompt_cache.forget_adapter(path)
+
+    def idle_caches(self) -> list[Slot]:
+        """Idle slots whose KV holds an earlier prompt (the executor moves them to the prompt cache)."""
+        return [s for s in self.slots if s.state is SlotState.IDLE and s.cached]
 
     def uses_adapter(self, path: str) -> bool:
         """Whether a waiting or running request decodes with the adapter at `path`."""

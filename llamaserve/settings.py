@@ -41,6 +41,7 @@ class ModelEntry:
     max_queue: int | None = None
     kv_unified: bool | None = None
     share_prefixes: bool | None = None
+    cache_ram: int | None = None
     speculative: Mapping[str, int] | None = field(default=None, hash=False)   # prompt lookup: n_draft, ngram_size
     json_whitespace: str | None = None      # whitespace in structured output (json_grammar.WHITESPACE)
     isolation: str | None = None            # "thread" (in the server process) or "process" (a worker each)
@@ -80,6 +81,7 @@ class ServerConfig:
     max_queue: int = 64
     kv_unified: bool = True
     share_prefixes: bool = True
+    cache_ram: int = 2 * 1024**3       # bytes of idle sequences' KV kept in host memory (0: kept in the KV cache)
     log_level: str = "info"
     cors_origins: tuple[str, ...] = ()
     cors_credentials: bool = False          # CORS answers allow credentials (with "*": echo the Origin)

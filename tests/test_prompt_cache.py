@@ -1,0 +1,114 @@
+"""Idle sequences' KV in host memory: moved out of the unified cache when a request starts, back for
+a prompt that starts the same way, with the same answers; the cache's own budget and keys."""
+
+import threading
+
+import pytest
+
+from helpers import N_THREADS
+from llamacore.events import Finished, Started, Token
+from llamacore.sampling import SamplingParams
+from llamaserve.engine import Engine
+from llamaserve.gen_request import GenRequest
+from llamaserve.prompt_cache import PromptCache
+
+GREEDY = SamplingParams(temperature=0)
+STORY = [1] + list(range(1200, 1300))            # a 101-token prompt
+OTHER = [7] + list(range(2200, 2240))            # shares nothing with it: takes the empty slot
+THIRD = [1] + list(range(3200, 3240))            # shares the first token: takes STORY's slot
+
+
+def generate(engine, tokens, max_tokens=6):
+    """(tokens generated, prompt tokens the cache held when it started)."""
+    out, cached, done = [], [], threading.Event()
+
+    def emit(event):
+        if isinstance(event, Started):
+            cached.append(event.n_cached)
+        elif isinstance(event, Token):
+            out.append(event.id)
+        elif isinstance(event, Finished):
+            done.set()
+    engine.submit(GenRequest(tokens, GREEDY, max_tokens, (), emit))
+    assert done.wait(60)
+    return out, cached[0]
+
+
+def engine_with(model, cache_ram):
+    return Engine(str(model), [], parallel=2, n_ctx=256, cache_ram=cache_ram,
+                  context_kwargs={"n_threads": N_THREADS, "n_batch": 128, "n_ubatch": 128}).start()
+
+
+def test_idle_sequence_moves_to_host_memory_and_comes_back(tiny_model_path):
+    engine = engine_with(tiny_model_path, 64 << 20)
+    try:
+        first, _ = generate(engine, STORY)
+        assert engine.ctx.kv_pos_max(0) >= len(STORY) - 1        # the finished request's cells stay ...
+        generate(engine, OTHER)                                 # ... until another request starts
+        assert engine.ctx.kv_pos_max(0) == -1 and engine.ctx.kv_pos_max(1) >= len(OTHER) - 1
+        assert len(engine._prompt_cache) == 1 and engine._prompt_cache.size > 0
+        assert engine.memory_bytes() >= engine._prompt_cache.size
+
+        engine.ctx.reset_perf()
+        again, cached = generate(engine, STORY + [1400, 1401])
+        assert cached == len(STORY)                            # its prompt came back, not computed again
+        assert engine.ctx.perf()["n_p_eval"] <= 2 + len(again)
+
+        generate(engine, THIRD)             # takes the slot holding STORY, which goes to host memory first
+        assert all(engine.ctx.kv_pos_max(seq) < len(STORY) for seq in (0, 1))
+        assert generate(engine, STORY + [1400, 1401, 1402])[1] == len(STORY) + 2
+    finally:
+        engine.close()
+
+    plain = engine_with(tiny_model_path, 0)                     # cache_ram 0: cells stay in the KV cache
+    try:
+        assert generate(plain, STORY)[0] == first
+        generate(plain, OTHER)
+        assert plain.ctx.kv_pos_max(0) >= len(STORY) - 1
+        assert plain._prompt_cache is None
+        assert generate(plain, STORY + [1400, 1401])[0] == again
+    finally:
+        plain.close()
+
+
+def test_budget_evicts_the_least_recently_saved():
+    cache = PromptCache(250)
+    cache.put((), [1, 2, 3], b"a" * 100)
+    cache.put((), [1, 7, 8], b"b" * 100)
+    cache.put((), [1, 9], b"c" * 100)                      # past the budget: [1, 2, 3] goes
+    assert cache.best((), [1, 2, 3, 4])[1] == 1               # only another entry's first token
+    assert cache.best((), [1, 7, 8, 9])[1] == 3
+    assert cache.size == 200 and len(cache) == 2
+    cache.put((), [1, 2], b"d" * 300)                      # larger than the whole budget: not kept
+    assert len(cache) == 2 and cache.size == 200
+
+
+def test_an_extension_replaces_its_prefix_and_adapters_key_entries():
+    lora = (("a.gguf", 1.0),)
+    cache = PromptCache(1 << 20)
+    cache.put(lora, [1, 5, 6], b"x" * 10)
+    cache.put(lora, [1, 5, 6, 7, 8], b"y" * 20)          # the same sequence, further on
+    assert len(cache) == 1 and cache.size == 20
+    assert cache.best((), [1, 5, 6, 7, 8, 9]) == (None, 0)      # other adapters: KV differs
+    entry, n = cache.best(lora, [1, 5, 6, 7, 8, 9])
+    assert n == 5 and entry.state == b"y" * 20
+    assert cache.best(lora, [1, 5, 6, 7, 8])[1] == 4    # a prompt keeps at least its last token to decode
+    cache.take(entry)
+    assert len(cache) == 0 and cache.size == 0
+    cache.put(lora, [1, 5], b"z")
+    cache.forget_adapter("a.gguf")
+    assert len(cache) == 0
+
+
+@pytest.mark.parametrize("value, expected", [("512MiB", 512 << 20), (0, 0)])
+def test_cache_ram_config_key(tmp_path, tiny_model_path, value, expected):
+    from llamaserve.config import parse_config
+    config = parse_config({"cache_ram": value, "models": [{"alias": "m", "model": str(tiny_model_path),
+                                                              "cache_ram": "1GiB"}]}, None, tmp_path)
+    assert config.cache_ram == expected and config.models[0].cache_ram == 1 << 30
+
+
+def test_cache_ram_refuses_a_bad_size(tmp_path, tiny_model_path):
+    from llamaserve.config import ConfigError, parse_config
+    with pytest.raises(ConfigError, match="cache_ram"):
+        parse_config({"cache_ram": "lots", "models": [{"alias": "m", "model": str(tiny_model_path)}]}, None, tmp_path)
