@@ -110,7 +110,7 @@ class Engine:
         return len(self.scheduler.slots) + self.max_queue
 
     def memory_bytes(self) -> int:
-        """Weights plus the KV cache (an estimate of what unloading frees)."""
+        """Weights, the KV cache and the idle sequences saved in host memory (an estimate of what unloading frees)."""
         m = self.model
         kv = 2 * m.n_layer * self.ctx.n_ctx * (m.n_embd // max(m.n_head, 1)) * m.n_head_kv * 2
         return m.size + kv + (self._prompt_cache.size if self._prompt_cache else 0)
