@@ -36,8 +36,9 @@ from llamaserve.draft_model import DraftModel, DraftModelSpec
 from llamaserve.errors import EngineClosedError, QueueFullError
 from llamaserve.gen_request import Emitted, GenRequest, Sampled
 from llamaserve.request_sampling import RequestSamplers
-from llamaserve.prompt_cache import PromptCache, restore_sequence, save_sequence
+from llamaserve.prompt_cache import PromptCache
 from llamaserve.scheduler import Scheduler, StepPlan
+from llamaserve.sequence_kv import prepare_sequence, stash_idle
 from llamaserve.speculative import Drafter, PromptLookup
 
 log = logging.getLogger("llamaserve.engine")
@@ -66,9 +67,9 @@ class Engine:
         drafter: Drafter | None = speculative if not isinstance(speculative, DraftModelSpec) else DraftModel(
             speculative, self.model, n_seq=parallel, n_ctx_seq=self.n_ctx_seq, n_threads=self.ctx.n_threads,
             model_kwargs={k: v for k, v in (model_kwargs or {}).items() if k in ("n_gpu_layers", "main_gpu")})
-        # sharing a prefix between sequences copies part of one: only a unified cache can
         # idle slots' KV moves to host memory only from a unified cache: per-sequence caches widen no attention
         self._prompt_cache = PromptCache(cache_ram) if cache_ram > 0 and self.ctx.kv_unified else None
+        # sharing a prefix between sequences copies part of one: only a unified cache can
         self.scheduler = Scheduler(parallel, n_batch=self.ctx.n_batch, n_ctx_seq=self.n_ctx_seq,
                                    share_prefixes=share_prefixes and self.ctx.kv_unified, drafter=drafter,
                                    prompt_cache=self._prompt_cache)
@@ -287,14 +288,7 @@ class Engine:
         admitted, events = self.scheduler.admit()
         self._emit(events)
         for a in admitted:
-            if a.evicted is not None:       # the slot's earlier prompt goes to host memory before it is replaced
-                save_sequence(self.ctx, a.slot.seq, *a.evicted, self._prompt_cache)     # type: ignore[arg-type]
-            if a.restore is not None and not restore_sequence(self.ctx, a.slot.seq, a.restore):
-                self.scheduler.forget_cache(a.slot)     # no room for it now: the prompt is decoded whole
-            if not self.ctx.kv_remove(a.slot.seq, a.keep, -1):
-                self.ctx.kv_remove(a.slot.seq, 0, -1)      # removing a whole sequence always works
-                if a.source is None:
-                    self.scheduler.forget_cache(a.slot)
+            prepare_sequence(self.ctx, a, self.scheduler, self._prompt_cache)
             if self._seq_adapters.get(a.slot.seq) != a.req.adapters:
                 try:
                     self.ctx.set_sequence_adapters(a.slot.seq, {self.adapters[p]: s for p, s in a.req.adapters})
@@ -303,17 +297,12 @@ class Engine:
                     self._emit(self.scheduler.fail([a.slot], exc))
                     continue
                 self._seq_adapters[a.slot.seq] = a.req.adapters
-            if a.source is not None:         # the prompt's prefix is in another sequence: share its cells
-                self.ctx.kv_copy(a.source.seq, a.slot.seq, 0, a.shared)
             now = time.monotonic()
             self._emit([(a.req, Started(len(a.slot.cached), now))])
             if a.req.progress:          # the first report: what the cache held, before any decode
                 self._emit([(a.req, Progress(len(a.slot.cached), now))])
         if admitted and self._prompt_cache is not None:     # a task starts: idle KV goes to host memory
-            for slot in self.scheduler.idle_caches():
-                save_sequence(self.ctx, slot.seq, slot.adapters, slot.cached, self._prompt_cache)
-                self.ctx.kv_remove(slot.seq, 0, -1)
-                self.scheduler.forget_cache(slot)
+            stash_idle(self.ctx, self.scheduler, self._prompt_cache)
 
     def _fail_running(self, exc: Exception) -> None:
         """An unexpected error ends the running requests, not the worker: a dead worker hangs them all."""

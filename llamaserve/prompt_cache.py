@@ -16,12 +16,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from llamacore.prefix import AdapterKey, common_prefix, reusable_prefix
-
-if TYPE_CHECKING:       # the scheduler imports this module and must not load llama.cpp
-    from llamacore import Context
 
 
 @dataclass(frozen=True, eq=False)
@@ -82,19 +78,3 @@ class PromptCache:
         if entry is not None:
             self.size -= len(entry.state)
 
-
-def save_sequence(ctx: Context, seq: int, adapters: AdapterKey, tokens: list[int], cache: PromptCache) -> None:
-    """Save sequence `seq` of `ctx` (holding `tokens`, computed with `adapters`) into `cache`."""
-    cache.put(adapters, tokens, ctx.save_sequence_state(seq))
-
-
-def restore_sequence(ctx: Context, seq: int, entry: CachedPrompt) -> bool:
-    """Load `entry` into sequence `seq` of `ctx` in place of what it held; False (and `seq` empty)
-    when the cache has no room for it now."""
-    ctx.kv_remove(seq, 0, -1)
-    try:
-        ctx.load_sequence_state(entry.state, seq)
-    except ValueError:
-        ctx.kv_remove(seq, 0, -1)
-        return False
-    return True

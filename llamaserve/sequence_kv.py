@@ -1,0 +1,39 @@
+"""The KV side of the scheduler's admissions, done by the engine on its context: a slot's earlier
+prompt saved to host memory, a saved prompt loaded back, the slot trimmed to what its request
+keeps and another sequence's prefix shared into it; and, when a request starts, idle slots' cells
+moved to host memory (llamaserve.prompt_cache says why)."""
+
+from __future__ import annotations
+
+from llamacore import Context
+from llamaserve.prompt_cache import PromptCache
+from llamaserve.scheduler import Admission, Scheduler
+
+
+def prepare_sequence(ctx: Context, a: Admission, scheduler: Scheduler, cache: PromptCache | None) -> None:
+    """Make `a.slot`'s sequence hold what the admission keeps, shares or restores of its prompt."""
+    seq = a.slot.seq
+    if a.evicted is not None and cache is not None:     # its earlier prompt goes to host memory first
+        adapters, tokens = a.evicted
+        cache.put(adapters, tokens, ctx.save_sequence_state(seq))
+    if a.restore is not None:
+        ctx.kv_remove(seq, 0, -1)
+        try:
+            ctx.load_sequence_state(a.restore.state, seq)
+        except ValueError:                  # no room for it now: the prompt is decoded whole
+            ctx.kv_remove(seq, 0, -1)
+            scheduler.forget_cache(a.slot)
+    if not ctx.kv_remove(seq, a.keep, -1):
+        ctx.kv_remove(seq, 0, -1)           # removing a whole sequence always works
+        if a.source is None:
+            scheduler.forget_cache(a.slot)
+    if a.source is not None:                # the prompt's prefix is in another sequence: share its cells
+        ctx.kv_copy(a.source.seq, seq, 0, a.shared)
+
+
+def stash_idle(ctx: Context, scheduler: Scheduler, cache: PromptCache) -> None:
+    """Move every idle slot's cells to host memory and free them (as llama-server does when a task starts)."""
+    for slot in scheduler.idle_caches():
+        cache.put(slot.adapters, slot.cached, ctx.save_sequence_state(slot.seq))
+        ctx.kv_remove(slot.seq, 0, -1)
+        scheduler.forget_cache(slot)
