@@ -297,6 +297,8 @@ class Engine:
                     self._emit(self.scheduler.fail([a.slot], exc))
                     continue
                 self._seq_adapters[a.slot.seq] = a.req.adapters
+            if a.source is not None:         # the prompt's prefix is in another sequence: share its cells
+                self.ctx.kv_copy(a.source.seq, a.slot.seq, 0, a.shared)
             now = time.monotonic()
             self._emit([(a.req, Started(len(a.slot.cached), now))])
             if a.req.progress:          # the first report: what the cache held, before any decode

@@ -1,7 +1,7 @@
 """The KV side of the scheduler's admissions, done by the engine on its context: a slot's earlier
 prompt saved to host memory, a saved prompt loaded back, the slot trimmed to what its request
-keeps and another sequence's prefix shared into it; and, when a request starts, idle slots' cells
-moved to host memory (llamaserve.prompt_cache says why)."""
+keeps; and, when a request starts, idle slots' cells moved to host memory (llamaserve.prompt_cache
+says why)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from llamaserve.scheduler import Admission, Scheduler
 
 
 def prepare_sequence(ctx: Context, a: Admission, scheduler: Scheduler, cache: PromptCache | None) -> None:
-    """Make `a.slot`'s sequence hold what the admission keeps, shares or restores of its prompt."""
+    """Make `a.slot`'s sequence hold what the admission keeps or restores of its prompt (sharing
+    `a.source`'s cells comes after the sequence has its adapters: kv_copy requires the same set)."""
     seq = a.slot.seq
     if a.evicted is not None and cache is not None:     # its earlier prompt goes to host memory first
         adapters, tokens = a.evicted
@@ -27,8 +28,6 @@ def prepare_sequence(ctx: Context, a: Admission, scheduler: Scheduler, cache: Pr
         ctx.kv_remove(seq, 0, -1)           # removing a whole sequence always works
         if a.source is None:
             scheduler.forget_cache(a.slot)
-    if a.source is not None:                # the prompt's prefix is in another sequence: share its cells
-        ctx.kv_copy(a.source.seq, seq, 0, a.shared)
 
 
 def stash_idle(ctx: Context, scheduler: Scheduler, cache: PromptCache) -> None:
