@@ -68,7 +68,7 @@ MODES = {
              "llm_models": "tiny,small,mid,tiny-q4_0,small-q4_0,mid-q4_0",
              "llm_reps": 3, "llm_runs": 3, "switch_model": "small", "switch_reps": 10,
              "load_model": "mid", "load_reps": 5, "server_model": "small",
-             "server_args": ["--clients", "1,4,8,16", "--reps", "3"],
+             "server_args": ["--clients", "1,4,8,16", "--reps", "7"],
              "mixed_args": ["--ranks", "8,64", "--adapters", "1,2,4,8", "--clients", "8,16", "--reps", "12"],
              "mixed_q4_model": "mid",
              "prefix_args": ["--clients", "8", "--prefix", "1500", "--reps", "3"],

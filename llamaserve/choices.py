@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack, contextmanager
 from dataclasses import dataclass
-from typing import Union, cast
+from typing import Generic, TypeVar, Union, cast
 
 from llamacore.events import Finished, Progress, Text, TextEvent
 from llamacore.prefix import AdapterKey
@@ -18,6 +18,7 @@ from llamaserve.generation import Generation, Timings, generate
 from llamaserve.metrics import Metrics
 
 ChoiceEvent = Union[Text, Finished, Progress]
+E = TypeVar("E", TextEvent, ChoiceEvent)
 
 
 @dataclass(kw_only=True)
@@ -36,7 +37,7 @@ def cached_tokens(choices: list[Choice], n: int = 1) -> int:
 
 def run_choices(engine: AnyEngine, choices: list[Choice], stack: AsyncExitStack, *, max_tokens: int | None,
                 adapters: AdapterKey, stops: list[str], n_logprobs: int | None, ignore_eos: bool,
-                metrics: Metrics, model_name: str) -> AsyncIterator[tuple[Choice, TextEvent]]:
+                metrics: Metrics, model_name: str) -> ChoiceEvents[TextEvent]:
     """Every Text/Finished event of every choice as produced (choices decode together in the engine).
 
     Sampling parameters are checked and the choices submitted now (APIError 400/503), before a
@@ -46,19 +47,19 @@ def run_choices(engine: AnyEngine, choices: list[Choice], stack: AsyncExitStack,
     gens = _submit(engine, choices, stack, max_tokens=max_tokens, adapters=adapters, stops=stops,
                    n_logprobs=n_logprobs, ignore_eos=ignore_eos, metrics=metrics, model_name=model_name,
                    progress=False)
-    return cast(AsyncIterator[tuple[Choice, TextEvent]], _run(gens, choices))
+    return ChoiceEvents(cast(AsyncIterator[tuple[Choice, TextEvent]], _run(gens, choices)))
 
 
 def run_choices_reporting(engine: AnyEngine, choices: list[Choice], stack: AsyncExitStack, *,
                           max_tokens: int | None, adapters: AdapterKey, stops: list[str], n_logprobs: int | None,
                           ignore_eos: bool, metrics: Metrics, model_name: str,
-                          progress: bool) -> AsyncIterator[tuple[Choice, ChoiceEvent]]:
+                          progress: bool) -> ChoiceEvents[ChoiceEvent]:
     """As run_choices; with `progress`, a Progress event when a prompt starts and after each of its
     decoded batches (llama-server's return_progress)."""
     gens = _submit(engine, choices, stack, max_tokens=max_tokens, adapters=adapters, stops=stops,
                    n_logprobs=n_logprobs, ignore_eos=ignore_eos, metrics=metrics, model_name=model_name,
                    progress=progress)
-    return _run(gens, choices)
+    return ChoiceEvents(_run(gens, choices))
 
 
 def _submit(engine: AnyEngine, choices: list[Choice], stack: AsyncExitStack, *, max_tokens: int | None,
@@ -105,6 +106,35 @@ def _as_api_errors() -> Iterator[None]:
         yield
     except Exception as exc:
         raise api_error_for(exc) from None
+
+
+class ChoiceEvents(Generic[E]):
+    """The events of a request's choices as they are produced; `ready()` waits for the first one
+    without taking it, so that a streamed response can start only once there is something to send."""
+
+    def __init__(self, events: AsyncIterator[tuple[Choice, E]]) -> None:
+        self._events: AsyncIterator[tuple[Choice, E]] = events
+        self._first: tuple[Choice, E] | None = None
+        self._ended = False
+
+    async def ready(self) -> None:
+        """Wait for the first event (or the end); an engine failure before it raises its APIError."""
+        if self._first is None and not self._ended:
+            try:
+                self._first = await anext(self._events)
+            except StopAsyncIteration:
+                self._ended = True
+
+    def __aiter__(self) -> AsyncIterator[tuple[Choice, E]]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[tuple[Choice, E]]:
+        if self._first is not None:
+            first, self._first = self._first, None
+            yield first
+        if not self._ended:
+            async for item in self._events:
+                yield item
 
 
 async def _run(gens: list[Generation], choices: list[Choice]) -> AsyncIterator[tuple[Choice, ChoiceEvent]]:

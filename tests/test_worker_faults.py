@@ -62,6 +62,14 @@ def metric(srv: ServerProcess, name: str, **labels: str) -> float:
     return 0.0
 
 
+def metric_plain(srv: ServerProcess, name: str) -> float:
+    """An unlabelled metric's value."""
+    for line in srv.get("/metrics").text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"no metric {name}")
+
+
 class Stream:
     """A streamed completion read line by line from a thread of its own."""
 
@@ -165,6 +173,31 @@ def test_sigkill_mid_stream_ends_only_that_models_requests(fault_server):
     assert metric(srv, "llamaserve_worker_crashes_total", model="killed", cause="signal") == 1
     assert metric(srv, "llamaserve_worker_restarts_total", model="killed") == 1
     assert srv.get("/health").status_code == 200
+
+
+def test_a_stream_starts_with_its_first_token_and_a_client_gone_before_is_dropped(fault_server):
+    """As llama-server: a streamed response's headers wait for the first token (so a failure before
+    it can still be an HTTP error), and a client that leaves before then is noticed and its request
+    cancelled. A stopped worker holds the first token back for as long as the test needs."""
+    srv = fault_server
+    assert complete(srv, "other").status_code == 200
+    pid = state(srv, "other")["worker"]["pid"]
+    before = metric_plain(srv, "llamaserve_cancelled_requests_total")
+    body = {"model": "other", "prompt": PROMPT, "max_tokens": 8, "temperature": 0, "stream": True}
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        with pytest.raises(httpx.ReadTimeout):       # no headers: there is no token to send yet
+            with httpx.stream("POST", srv.base_url + "/v1/completions", json=body, timeout=0.5):
+                pass
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    deadline = time.monotonic() + 10
+    while metric_plain(srv, "llamaserve_cancelled_requests_total") != before + 1:
+        assert time.monotonic() < deadline, "the request of the client that left was not cancelled"
+        time.sleep(0.05)
+    assert state(srv, "other")["active_sequences"] == 0
+    with httpx.stream("POST", srv.base_url + "/v1/completions", json=body, timeout=30) as r:
+        assert r.status_code == 200 and r.read().decode().rstrip().endswith("data: [DONE]")
 
 
 def test_hung_worker_is_killed_by_the_watchdog_and_restarted(fault_server):

@@ -112,7 +112,7 @@ async def chat_completions(request: Request) -> Response:
                 yield last
         return events, chunks, result
 
-    return await respond(body.stream, prepare)
+    return await respond(request, body.stream, prepare)
 
 
 async def chat_input_tokens(request: Request) -> Response:

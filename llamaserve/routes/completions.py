@@ -96,4 +96,4 @@ async def completions(request: Request) -> Response:
                                                             cached_tokens(choices, body.n)))
         return events, chunks, result
 
-    return await respond(body.stream, prepare)
+    return await respond(request, body.stream, prepare)

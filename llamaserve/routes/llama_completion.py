@@ -95,4 +95,4 @@ async def llama_completion(request: Request) -> Response:
                 yield chunk
         return events, chunks, result
 
-    return await respond(body.stream, prepare)
+    return await respond(request, body.stream, prepare)

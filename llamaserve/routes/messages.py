@@ -43,7 +43,7 @@ from llamaserve.routes.requests import (
     parse_body,
     sampling_for,
 )
-from llamaserve.sse import sse_response
+from llamaserve.sse import first_event, sse_response
 from llamaserve.thinking import chat_input
 from llamaserve.vision import load_message_images, prompt_off_loop
 
@@ -162,6 +162,8 @@ async def _messages(request: Request) -> Response:
             yield sse("message_delta", {"type": "message_delta", "delta": ending, "usage": final_usage()})
             yield sse("message_stop", {"type": "message_stop"})
 
+        if (left := await first_event(events, request)) is not None:
+            return left
         handed_over = True
         return sse_response(stream(), release=stack.aclose, encode=str, end="",
                             on_error=lambda err: sse("error", error_body(err.status, err.message)))

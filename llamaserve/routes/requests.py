@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -14,14 +14,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from llamacore.sampling import SamplingParams
-from llamaserve.choices import Choice
+from llamaserve.choices import Choice, ChoiceEvents
 from llamaserve.engines import AnyEngine
 from llamaserve.errors import AdapterUnavailableError, APIError
 from llamaserve.registry import Loaded, Registry
 from llamaserve.routes.selection import Selection, select_adapters
 from llamaserve.schemas import AdapterFields
 from llamaserve.settings import ModelEntry
-from llamaserve.sse import sse_response
+from llamaserve.sse import first_event, sse_response
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -138,21 +138,24 @@ def check_prompt_fits(n_tokens: int, n_ctx: int, param: str = "messages") -> Non
 
 
 # (events to drain, the stream's chunks, the JSON result once drained)
-Prepared = tuple[AsyncIterator[Any], Callable[[], AsyncGenerator[Any, None]], Callable[[], Mapping[str, Any]]]
+Prepared = tuple[ChoiceEvents[Any], Callable[[], AsyncGenerator[Any, None]], Callable[[], Mapping[str, Any]]]
 
 
-async def respond(stream: bool, prepare: Callable[[AsyncExitStack], Awaitable[Prepared]]) -> Response:
+async def respond(request: Request, stream: bool, prepare: Callable[[AsyncExitStack], Awaitable[Prepared]]) -> Response:
     """Run a generation route: `prepare(stack)` pins the model and submits the work, returning
     (events, make_chunks, make_result).
 
-    Streamed, the SSE response takes over `stack` and closes it when the stream ends or the client
-    leaves; otherwise the events are drained and the stack closed here, before the JSON is built.
+    Streamed, the SSE response starts with the first event (`first_event`), then takes over `stack`
+    and closes it when the stream ends or the client leaves; otherwise the events are drained and
+    the stack closed here, before the JSON is built.
     """
     stack = AsyncExitStack()
     handed_over = False
     try:
         events, make_chunks, make_result = await prepare(stack)
         if stream:
+            if (left := await first_event(events, request)) is not None:
+                return left
             handed_over = True
             return sse_response(make_chunks(), release=stack.aclose)
         async for _ in events:

@@ -39,7 +39,7 @@ from llamaserve.responses_api import (
     response_format,
 )
 from llamaserve.routes.requests import acquire_engine, check_prompt_fits, count_adapter_usage, parse_body, sampling_for
-from llamaserve.sse import sse_response
+from llamaserve.sse import first_event, sse_response
 from llamaserve.thinking import chat_input
 from llamaserve.vision import load_message_images, prompt_off_loop
 
@@ -232,6 +232,8 @@ async def create_response(request: Request) -> Response:
             yield write(f"response.{final['status']}", response=final,     # completed or incomplete
                         timings=choice.timings.llama_cpp())
 
+        if (left := await first_event(generated, request)) is not None:
+            return left
         handed_over = True
         return sse_response(stream(), release=stack.aclose, encode=str, end="", on_error=write.error)
     finally:
