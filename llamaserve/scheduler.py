@@ -241,8 +241,9 @@ class Scheduler:
             self.prompt_cache.forget_adapter(path)
 
     def idle_caches(self) -> list[Slot]:
-        """Idle slots whose KV holds an earlier prompt (the executor moves them to the prompt cache)."""
-        return [s for s in self.slots if s.state is SlotState.IDLE and s.cached]
+        """Idle slots (or ones whose request ended this step) whose KV holds an earlier prompt (the
+        executor moves them to the prompt cache)."""
+        return [s for s in self.slots if s.state in (SlotState.IDLE, SlotState.FINISHED) and s.cached]
 
     def uses_adapter(self, path: str) -> bool:
         """Whether a waiting or running request decodes with the adapter at `path`."""

@@ -1,9 +1,10 @@
 """The KV side of the scheduler's admissions, done by the engine on its context: a slot's earlier
 prompt saved to host memory, a saved prompt loaded back, the slot trimmed to what its request
-keeps; and, when a request starts, idle slots' cells moved to host memory (llamaserve.prompt_cache
-says why)."""
+keeps; and idle slots' cells moved to host memory (llamaserve.prompt_cache says why)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from llamacore import Context
 from llamaserve.prompt_cache import PromptCache
@@ -30,9 +31,15 @@ def prepare_sequence(ctx: Context, a: Admission, scheduler: Scheduler, cache: Pr
             scheduler.forget_cache(a.slot)
 
 
-def stash_idle(ctx: Context, scheduler: Scheduler, cache: PromptCache) -> None:
-    """Move every idle slot's cells to host memory and free them (as llama-server does when a task starts)."""
+def stash_idle(ctx: Context, scheduler: Scheduler, cache: PromptCache,
+               until: Callable[[], bool] | None = None) -> None:
+    """Move idle slots' cells to host memory and free them: when a task starts (as llama-server does),
+    and, before that, as soon as the engine has nothing to run, so that the next request does not
+    wait for it (8 slots of a 25M model: about 5 ms of its time to first token). `until` stops early
+    once there is work again: a request arriving meanwhile waits for one slot's move at most."""
     for slot in scheduler.idle_caches():
+        if until is not None and until():
+            return
         cache.put(slot.adapters, slot.cached, ctx.save_sequence_state(slot.seq))
         ctx.kv_remove(slot.seq, 0, -1)
         scheduler.forget_cache(slot)

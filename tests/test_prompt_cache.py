@@ -2,6 +2,7 @@
 a prompt that starts the same way, with the same answers; the cache's own budget and keys."""
 
 import threading
+import time
 
 import pytest
 
@@ -34,28 +35,34 @@ def generate(engine, tokens, max_tokens=6):
     return out, cached[0]
 
 
-def engine_with(model, cache_ram):
-    return Engine(str(model), [], parallel=2, n_ctx=256, cache_ram=cache_ram,
+def engine_with(model, cache_ram, parallel=2):
+    return Engine(str(model), [], parallel=parallel, n_ctx=256, cache_ram=cache_ram,
                   context_kwargs={"n_threads": N_THREADS, "n_batch": 128, "n_ubatch": 128}).start()
+
+
+def idle_moved(engine, n_entries):
+    """Wait until the idle engine has moved every sequence's cells to host memory."""
+    deadline = time.monotonic() + 10
+    while any(engine.ctx.kv_pos_max(s) >= 0 for s in range(engine.ctx.n_seq_max)):
+        assert time.monotonic() < deadline, "an idle engine kept its sequences' cells"
+        time.sleep(0.01)
+    assert len(engine._prompt_cache) == n_entries
 
 
 def test_idle_sequence_moves_to_host_memory_and_comes_back(tiny_model_path):
     engine = engine_with(tiny_model_path, 64 << 20)
     try:
         first, _ = generate(engine, STORY)
-        assert engine.ctx.kv_pos_max(0) >= len(STORY) - 1        # the finished request's cells stay ...
-        generate(engine, OTHER)                                 # ... until another request starts
-        assert engine.ctx.kv_pos_max(0) == -1 and engine.ctx.kv_pos_max(1) >= len(OTHER) - 1
-        assert len(engine._prompt_cache) == 1 and engine._prompt_cache.size > 0
-        assert engine.memory_bytes() >= engine._prompt_cache.size
+        idle_moved(engine, 1)                   # with nothing else to run, its cells leave the KV cache
+        assert engine.memory_bytes() >= engine._prompt_cache.size > 0
+        generate(engine, OTHER)
+        idle_moved(engine, 2)
 
         engine.ctx.reset_perf()
         again, cached = generate(engine, STORY + [1400, 1401])
         assert cached == len(STORY)                            # its prompt came back, not computed again
         assert engine.ctx.perf()["n_p_eval"] <= 2 + len(again)
 
-        generate(engine, THIRD)             # takes the slot holding STORY, which goes to host memory first
-        assert all(engine.ctx.kv_pos_max(seq) < len(STORY) for seq in (0, 1))
         assert generate(engine, STORY + [1400, 1401, 1402])[1] == len(STORY) + 2
     finally:
         engine.close()
@@ -69,6 +76,40 @@ def test_idle_sequence_moves_to_host_memory_and_comes_back(tiny_model_path):
         assert generate(plain, STORY + [1400, 1401])[0] == again
     finally:
         plain.close()
+
+
+def test_a_request_starting_while_others_run_moves_the_idle_slots_out(tiny_model_path):
+    """LONG and SHORT start together; when SHORT ends, LONG still runs (the engine is not idle), and
+    a request submitted then moves SHORT's idle cells to host memory as it starts."""
+    engine = engine_with(tiny_model_path, 64 << 20, parallel=3)
+    long_prompt, short_prompt, late_prompt = [5] + list(range(500, 520)), OTHER, [9] + list(range(900, 920))
+    seen, done = [], threading.Event()
+    long_done = threading.Event()
+
+    def on_late(event):
+        if isinstance(event, Token) and not seen:     # on the engine thread, after the step that admitted it
+            seen.append(([engine.ctx.kv_pos_max(s) >= 0 for s in range(3)], len(engine._prompt_cache),
+                         long_done.is_set()))
+        elif isinstance(event, Finished):
+            done.set()
+
+    def on_short(event):
+        if isinstance(event, Finished):
+            engine.submit(GenRequest(late_prompt, GREEDY, 4, (), on_late))
+
+    def on_long(event):
+        if isinstance(event, Finished):
+            long_done.set()
+    try:
+        engine.submit_all([GenRequest(long_prompt, GREEDY, 60, (), on_long, ignore_eos=True),
+                           GenRequest(short_prompt, GREEDY, 4, (), on_short, ignore_eos=True)])
+        assert done.wait(60) and long_done.wait(60)
+        occupied, cached, long_had_ended = seen[0]
+        assert not long_had_ended
+        assert occupied.count(True) == 2 and cached == 1        # LONG's and the late one's cells; SHORT's moved
+        idle_moved(engine, 3)
+    finally:
+        engine.close()
 
 
 def test_budget_evicts_the_least_recently_saved():
