@@ -125,16 +125,16 @@ class ChoiceEvents(Generic[E]):
             except StopAsyncIteration:
                 self._ended = True
 
-    def __aiter__(self) -> AsyncIterator[tuple[Choice, E]]:
-        return self._iterate()
+    def __aiter__(self) -> ChoiceEvents[E]:
+        return self
 
-    async def _iterate(self) -> AsyncIterator[tuple[Choice, E]]:
+    async def __anext__(self) -> tuple[Choice, E]:
         if self._first is not None:
             first, self._first = self._first, None
-            yield first
-        if not self._ended:
-            async for item in self._events:
-                yield item
+            return first
+        if self._ended:
+            raise StopAsyncIteration
+        return await anext(self._events)
 
 
 async def _run(gens: list[Generation], choices: list[Choice]) -> AsyncIterator[tuple[Choice, ChoiceEvent]]:
