@@ -21,7 +21,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from llamaserve.adapters import Adapter, BaseAdapters, still_inside
-from llamaserve.loaded import Loaded, collect_and_trim
+from llamaserve.loaded import Loaded, collect_and_trim, release_code_pages
 from llamaserve.crashes import CrashRecord
 from llamaserve.errors import CapacityError, ModelFailedError, ModelLoadError, UnknownModelError, WorkerCrashedError
 from llamaserve.hub_models import local_path
@@ -337,6 +337,8 @@ class Registry:
         n_adapters = len(loaded.engine.adapters) if loaded.engine is not None else 0
         self.metrics.llamacpp.retire(loaded.engine)      # its counts stay in the llamacpp:* totals
         await asyncio.to_thread(loaded.close)
+        if reason == "idle" and not self.loaded:     # (an eviction has a load right behind it)
+            release_code_pages()
         self.metrics.unloads.labels(loaded.entries[0].alias, reason).inc()
         if n_adapters:
             self.metrics.adapter_unloads.labels(self.base_alias(loaded.key), reason).inc(n_adapters)
