@@ -35,7 +35,7 @@ def stash_idle(ctx: Context, scheduler: Scheduler, cache: PromptCache,
                until: Callable[[], bool] | None = None) -> None:
     """Move idle slots' cells to host memory and free them: when a task starts (as llama-server does),
     and, before that, as soon as the engine has nothing to run, so that the next request does not
-    wait for it (8 slots of a 25M model: about 5 ms of its time to first token). `until` stops early
+    wait for it (8 slots of a 24M model: about 5 ms of its time to first token). `until` stops early
     once there is work again: a request arriving meanwhile waits for one slot's move at most."""
     for slot in scheduler.idle_caches():
         if until is not None and until():
