@@ -11,7 +11,7 @@ from llamacore.events import Finished, Started, Token
 from llamacore.sampling import SamplingParams
 from llamaserve.engine import Engine
 from llamaserve.gen_request import GenRequest
-from llamaserve.prompt_cache import PromptCache
+from llamaserve.prompt_cache import KEY_TOKENS, SCAN_LIMIT, PromptCache
 
 GREEDY = SamplingParams(temperature=0)
 STORY = [1] + list(range(1200, 1300))            # a 101-token prompt
@@ -117,11 +117,28 @@ def test_budget_evicts_the_least_recently_saved():
     cache.put((), [1, 2, 3], b"a" * 100)
     cache.put((), [1, 7, 8], b"b" * 100)
     cache.put((), [1, 9], b"c" * 100)                      # past the budget: [1, 2, 3] goes
-    assert cache.best((), [1, 2, 3, 4])[1] == 1               # only another entry's first token
+    assert cache.best((), [1, 2, 3, 4]) == (None, 0)          # it went
     assert cache.best((), [1, 7, 8, 9])[1] == 3
     assert cache.size == 200 and len(cache) == 2
     cache.put((), [1, 2], b"d" * 300)                      # larger than the whole budget: not kept
     assert len(cache) == 2 and cache.size == 200
+
+
+def test_entries_are_found_by_their_first_tokens_most_recent_first():
+    cache = PromptCache(1 << 30)
+    system = list(range(100, 100 + KEY_TOKENS))
+    for i in range(SCAN_LIMIT + 10):                    # one conversation per i, all after one system prompt
+        cache.put((), system + [1000 + i, 2000 + i], bytes([i % 256]))
+    entry, n = cache.best((), system + [1000 + SCAN_LIMIT + 9, 2000 + SCAN_LIMIT + 9, 7])
+    assert n == KEY_TOKENS + 2 and entry.state == bytes([(SCAN_LIMIT + 9) % 256])
+    entry, n = cache.best((), system + [1, 2])            # every entry shares the system prompt
+    assert n == KEY_TOKENS and entry is not None
+    entry, n = cache.best((), system + [1000, 2000, 7])   # i = 0's entry: past the SCAN_LIMIT most recent
+    assert n == KEY_TOKENS and entry.state != bytes([0])
+    assert cache.best((), system[:-1] + [5, 6]) == (None, 0)          # fewer than KEY_TOKENS shared
+    cache.put((), [1, 2, 3], b"short")
+    assert cache.best((), [1, 2, 3, 4])[1] == 3              # a shorter entry the prompt starts with
+    assert cache.best((), [1, 2, 4]) == (None, 0)             # one it only partly shares: not looked at
 
 
 def test_an_extension_replaces_its_prefix_and_adapters_key_entries():
