@@ -11,7 +11,7 @@ from llamacore.events import Finished, Started, Token
 from llamacore.sampling import SamplingParams
 from llamaserve.engine import Engine
 from llamaserve.gen_request import GenRequest
-from llamaserve.prompt_cache import KEY_TOKENS, SCAN_LIMIT, PromptCache
+from llamaserve.prompt_cache import KEY_LENGTHS, SCAN_LIMIT, PromptCache
 
 GREEDY = SamplingParams(temperature=0)
 STORY = [1] + list(range(1200, 1300))            # a 101-token prompt
@@ -126,16 +126,18 @@ def test_budget_evicts_the_least_recently_saved():
 
 def test_entries_are_found_by_their_first_tokens_most_recent_first():
     cache = PromptCache(1 << 30)
-    system = list(range(100, 100 + KEY_TOKENS))
+    longest = KEY_LENGTHS[-1]
+    system = list(range(100, 100 + longest))
     for i in range(SCAN_LIMIT + 10):                    # one conversation per i, all after one system prompt
         cache.put((), system + [1000 + i, 2000 + i], bytes([i % 256]))
     entry, n = cache.best((), system + [1000 + SCAN_LIMIT + 9, 2000 + SCAN_LIMIT + 9, 7])
-    assert n == KEY_TOKENS + 2 and entry.state == bytes([(SCAN_LIMIT + 9) % 256])
+    assert n == longest + 2 and entry.state == bytes([(SCAN_LIMIT + 9) % 256])
     entry, n = cache.best((), system + [1, 2])            # every entry shares the system prompt
-    assert n == KEY_TOKENS and entry is not None
+    assert n == longest and entry is not None
     entry, n = cache.best((), system + [1000, 2000, 7])   # i = 0's entry: past the SCAN_LIMIT most recent
-    assert n == KEY_TOKENS and entry.state != bytes([0])
-    assert cache.best((), system[:-1] + [5, 6]) == (None, 0)          # fewer than KEY_TOKENS shared
+    assert n == longest and entry.state != bytes([0])
+    assert cache.best((), system[:-1] + [5, 6])[1] == longest - 1    # found through a shorter key
+    assert cache.best((), system[:3] + [5, 6]) == (None, 0)            # under the shortest key: not looked for
     cache.put((), [1, 2, 3], b"short")
     assert cache.best((), [1, 2, 3, 4])[1] == 3              # a shorter entry the prompt starts with
     assert cache.best((), [1, 2, 4]) == (None, 0)             # one it only partly shares: not looked at
