@@ -241,12 +241,9 @@ class Engine:
                 self._fail_running(exc)
             if self.on_step is not None:
                 self.on_step()
-            if self._prompt_cache is not None and not self._unfinished:
-                stash_idle(self.ctx, self.scheduler, self._prompt_cache, until=self._has_work)
-
-    def _has_work(self) -> bool:
-        with self._cond:
-            return bool(self._closed or self._inbox or self._jobs)
+            if self._prompt_cache is not None and not self._unfinished:     # idle: stop when work comes
+                stash_idle(self.ctx, self.scheduler, self._prompt_cache,
+                           until=lambda: bool(self._closed or self._inbox or self._jobs))
 
     def _accept(self, arrived: list[GenRequest]) -> None:
         """Build each new request's sampler (a grammar compiles here) and queue it for a slot."""

@@ -31,6 +31,9 @@ KEY_LENGTHS = (4, 8, 16)     # entries are indexed by their first 4, 8 and 16 to
 SCAN_LIMIT = 64      # entries compared per lookup, most recently saved first
 
 
+IndexKey = tuple[AdapterKey, tuple[int, ...], bool]
+
+
 @dataclass(frozen=True, eq=False)
 class CachedPrompt:
     """One saved sequence: its tokens, the adapter set they were computed with, and its KV state."""
@@ -47,10 +50,9 @@ class PromptCache:
         self.budget = budget
         self.size = 0                       # bytes of the states held
         self._entries: OrderedDict[int, CachedPrompt] = OrderedDict()
-        # (adapters, an entry's first k tokens for each k of KEY_LENGTHS it has) -> entry ids
-        self._by_prefix: dict[tuple[AdapterKey, tuple[int, ...]], dict[int, None]] = {}
-        # (adapters, all tokens of an entry shorter than the longest key) -> entry ids
-        self._by_whole: dict[tuple[AdapterKey, tuple[int, ...]], dict[int, None]] = {}
+        # (adapters, tokens, whole) -> entry ids, in saving order: an entry's first k tokens for each
+        # k of KEY_LENGTHS it has (whole False), and all of an entry shorter than the longest (True)
+        self._index: dict[IndexKey, dict[int, None]] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -64,8 +66,8 @@ class PromptCache:
                 self._drop(id(old))
         entry = CachedPrompt(adapters, tuple(tokens), state)
         self._entries[id(entry)] = entry
-        for index, key in _keys(entry):
-            getattr(self, index).setdefault(key, {})[id(entry)] = None
+        for key in _keys(entry):
+            self._index.setdefault(key, {})[id(entry)] = None
         self.size += len(state)
         while self.size > self.budget:
             self._drop(next(iter(self._entries)))
@@ -95,11 +97,11 @@ class PromptCache:
         and the short entries `tokens` starts with."""
         ids: list[int] = []
         for k in reversed(KEY_LENGTHS):
-            if k <= len(tokens) and (bucket := self._by_prefix.get((adapters, tuple(tokens[:k])))):
+            if k <= len(tokens) and (bucket := self._index.get((adapters, tuple(tokens[:k]), False))):
                 ids = list(itertools.islice(reversed(bucket), SCAN_LIMIT))     # buckets keep saving order
                 break
         for n in range(1, min(len(tokens), KEY_LENGTHS[-1] - 1) + 1):
-            ids.extend(self._by_whole.get((adapters, tuple(tokens[:n])), ()))
+            ids.extend(self._index.get((adapters, tuple(tokens[:n]), True), ()))
         return [self._entries[i] for i in dict.fromkeys(ids)]
 
     def _drop(self, key: int) -> None:
@@ -107,17 +109,17 @@ class PromptCache:
         if entry is None:
             return
         self.size -= len(entry.state)
-        for index, index_key in _keys(entry):
-            ids = getattr(self, index)[index_key]
+        for index_key in _keys(entry):
+            ids = self._index[index_key]
             del ids[key]
             if not ids:
-                del getattr(self, index)[index_key]
+                del self._index[index_key]
 
 
-def _keys(entry: CachedPrompt) -> list[tuple[str, tuple[AdapterKey, tuple[int, ...]]]]:
+def _keys(entry: CachedPrompt) -> list[IndexKey]:
     """Where `entry` is indexed: under its first k tokens for each key length it reaches, and, when
     shorter than the longest, under all of them."""
-    keys = [("_by_prefix", (entry.adapters, entry.tokens[:k])) for k in KEY_LENGTHS if k <= len(entry.tokens)]
+    keys = [(entry.adapters, entry.tokens[:k], False) for k in KEY_LENGTHS if k <= len(entry.tokens)]
     if len(entry.tokens) < KEY_LENGTHS[-1]:
-        keys.append(("_by_whole", (entry.adapters, entry.tokens)))
+        keys.append((entry.adapters, entry.tokens, True))
     return keys
