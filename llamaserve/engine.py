@@ -38,7 +38,7 @@ from llamaserve.gen_request import Emitted, GenRequest, Sampled
 from llamaserve.request_sampling import RequestSamplers
 from llamaserve.prompt_cache import PromptCache
 from llamaserve.scheduler import Scheduler, StepPlan
-from llamaserve.sequence_kv import prepare_sequence, stash_idle
+from llamaserve.sequence_kv import attach_adapters, prepare_sequence, stash_idle
 from llamaserve.speculative import Drafter, PromptLookup
 
 log = logging.getLogger("llamaserve.engine")
@@ -292,16 +292,11 @@ class Engine:
         self._emit(events)
         for a in admitted:
             prepare_sequence(self.ctx, a, self.scheduler, self._prompt_cache)
-            if self._seq_adapters.get(a.slot.seq) != a.req.adapters:
-                try:
-                    self.ctx.set_sequence_adapters(a.slot.seq, {self.adapters[p]: s for p, s in a.req.adapters})
-                except Exception as exc:     # fails this request alone
-                    self.ctx.kv_remove(a.slot.seq, 0, -1)
-                    self._emit(self.scheduler.fail([a.slot], exc))
-                    continue
-                self._seq_adapters[a.slot.seq] = a.req.adapters
-            if a.source is not None:         # the prompt's prefix is in another sequence: share its cells
-                self.ctx.kv_copy(a.source.seq, a.slot.seq, 0, a.shared)
+            try:
+                attach_adapters(self.ctx, a, self.adapters, self._seq_adapters)
+            except Exception as exc:     # fails this request alone
+                self._emit(self.scheduler.fail([a.slot], exc))
+                continue
             now = time.monotonic()
             self._emit([(a.req, Started(len(a.slot.cached), now))])
             if a.req.progress:          # the first report: what the cache held, before any decode
