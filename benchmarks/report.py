@@ -67,6 +67,18 @@ def llm_rows(llm: dict) -> list[Row]:
     return rows
 
 
+def attention_rows(att: dict) -> list[Row]:
+    """flash_attn "prompts" against llama-bench's two settings, then each of ours against its own."""
+    rows = []
+    for label, rep in att.items():
+        med, d = rep["medians"], f"d{rep['depth']}"
+        rows += [(f"{test}{n} @ {d} {label}: flash_attn prompts (tok/s)", med["prompts"][test], f"llama-bench -fa {fa}",
+                  med[f"fa{fa}"][test], "") for test, n in (("tg", 32), ("pp", 512)) for fa in (1, 0)]
+        rows += [(f"{test}{n} @ {d} {label}: flash_attn {mode} (tok/s)", med[mode][test], f"llama-bench -fa {fa}",
+                  med[f"fa{fa}"][test], "") for test, n in (("tg", 32), ("pp", 512)) for mode, fa in (("on", 1), ("off", 0))]
+    return rows
+
+
 def server_rows(server: dict, key: str = "tok_s", unit: str = "") -> list[Row]:
     """llamaserve vs each peer server per concurrency level: tokens/s, or ``key`` (e.g. ttft_p50)."""
     rows = []
@@ -244,6 +256,9 @@ def headline(results: dict) -> list[Row]:
         rows += [r for r in core_rows({label: core[label]})]
     if llm:
         rows += llm_rows({k: v for k, v in llm.items() if k == "mid"} or {k: v for k, v in llm.items() if k == list(llm)[-1]})
+    if att := _result(results, "attention"):
+        label = list(att)[-1]
+        rows += attention_rows({label: att[label]})[:1]
     if server:
         rows += [r for r in server_rows(server) if r[0].startswith("8 ")]
         rows += [r for r in lora_mix_rows(server) if r[0].startswith("mix4")]
@@ -293,6 +308,8 @@ def write(results: dict, json_path: Path) -> Path:
     sections = [
         ("core", "Binding: prompt and generation tokens/s vs llama-bench", core_rows, "higher"),
         ("llm", "High-level generate vs llama-cpp-python and llama-bench", llm_rows, "higher"),
+        ("attention", "After a long context: flash attention for prompts only (ours) vs llama-bench's on and off",
+         attention_rows, "higher"),
         ("server", "Serving: aggregate tokens/s by concurrent clients", server_rows, "higher"),
         ("server", "Serving: time to first token", ttft_rows, "lower"),
         ("server", "Mixed LoRA: 8 clients over 1, 2 and 4 adapters of one base", lora_mix_rows, "higher"),

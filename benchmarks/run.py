@@ -28,6 +28,7 @@ import time
 import traceback
 from pathlib import Path
 
+import bench_attention
 import bench_core
 import bench_isolation
 import bench_llm
@@ -54,8 +55,8 @@ RESULTS = Path(__file__).resolve().parent / "results"
 # What each mode runs. Quick: small models and single rounds, under 5 minutes on 2 cores.
 MODES = {
     "quick": {"core_models": ["tiny-f16", "small-f16"], "core_reps": 2, "core_runs": 3, "idle_wait": 2,
-              "llm_models": "tiny,small", "llm_reps": 1, "llm_runs": 2, "switch_model": "small",
-              "switch_reps": 3, "load_model": "small", "load_reps": 3, "server_model": "small",
+              "llm_models": "tiny,small", "llm_reps": 1, "llm_runs": 2, "attention_models": "small-f16",
+              "switch_model": "small", "switch_reps": 3, "load_model": "small", "load_reps": 3, "server_model": "small",
               "server_args": ["--clients", "1,4,8,16", "--reps", "1", "--retries", "0"],
               "mixed_args": ["--ranks", "8", "--adapters", "1,4,8", "--clients", "8", "--reps", "1", "--retries", "0"],
               "mixed_q4_model": "small",
@@ -65,7 +66,7 @@ MODES = {
               "spec_model": "small", "spec_args": ["--reps", "1", "--n-gen", "96", "--retries", "0"]},
     "full": {"core_models": [f"{s}-{d}" for s in ("small", "mid") for d in ("f16", "q8_0", "q4_0")],
              "core_reps": 3, "core_runs": 5, "idle_wait": 30,
-             "llm_models": "tiny,small,mid,tiny-q4_0,small-q4_0,mid-q4_0",
+             "llm_models": "tiny,small,mid,tiny-q4_0,small-q4_0,mid-q4_0", "attention_models": "small-f16,mid-q4_0",
              "llm_reps": 3, "llm_runs": 3, "switch_model": "small", "switch_reps": 10,
              "load_model": "mid", "load_reps": 5, "server_model": "small",
              "server_args": ["--clients", "1,4,8,16", "--reps", "7"],
@@ -86,6 +87,11 @@ def _core(m: dict, threads: int, workdir: Path) -> dict:
                                       "--reps", str(m["core_reps"]), "--runs", str(m["core_runs"]),
                                       "--idle-wait", str(m["idle_wait"])])
     return out
+
+
+def _attention(m: dict, threads: int, workdir: Path) -> dict:
+    return bench_attention.main(["--models", m["attention_models"], "--threads", str(threads),
+                                 "--reps", str(m["llm_reps"]), "--runs", str(m["llm_runs"])])
 
 
 def _llm(m: dict, threads: int, workdir: Path) -> dict:
@@ -168,6 +174,7 @@ CASES = {  # name -> (what it measures, runner)
     "bandwidth": ("memory bandwidth (bound for generation)", _bandwidth),
     "core": ("binding pp512/tg128 vs llama-bench", _core),
     "llm": ("Llama.create_completion vs llama-cpp-python and llama-bench tg", _llm),
+    "attention": ("after a long context: flash attention on, off and for prompts only vs llama-bench", _attention),
     "lora_switch": ("LoRA switch latency", _lora_switch),
     "model_switch": ("model switch latency (max_loaded_models: 1)", _load_case("model_switch")),
     "cold_load": ("cold load time", _load_case("cold_load")),
@@ -193,6 +200,7 @@ def prepare(m: dict, cases: list[str]) -> None:
         ensure_tool(tool)
     labels = set(m["core_models"]) if "core" in cases else set()
     labels |= {s if "-" in s else f"{s}-f16" for s in m["llm_models"].split(",")} if "llm" in cases else set()
+    labels |= set(m["attention_models"].split(",")) if "attention" in cases else set()
     labels |= {f"{m['load_model']}-f16", f"{m['load_model']}-q8_0"} if {"model_switch", "cold_load", "rss_idle"} & set(cases) else set()
     labels |= {f"{m['switch_model']}-f16"} if "lora_switch" in cases else set()
     labels |= {f"{m['server_model']}-f16"} if {"server", "isolation", "rpc", "mixed_lora"} & set(cases) else set()

@@ -46,6 +46,7 @@ LLAMA_ATTENTION_TYPE_NON_CAUSAL = 1
 LLAMA_FLASH_ATTN_TYPE_AUTO = -1
 LLAMA_FLASH_ATTN_TYPE_DISABLED = 0
 LLAMA_FLASH_ATTN_TYPE_ENABLED = 1
+LLAMA_FLASH_ATTN_TYPE_PROMPTS = 2          # llamacore's own (vendor/patches/0005): flash attention for prompts only
 
 # enum ggml_type (ggml.h; the gaps are removed types)
 GGML_TYPE_F32 = 0
@@ -156,6 +157,7 @@ __all__ = [
                       "LLAMA_FLASH_ATTN_TYPE_AUTO",
                       "LLAMA_FLASH_ATTN_TYPE_DISABLED",
                       "LLAMA_FLASH_ATTN_TYPE_ENABLED",
+                      "LLAMA_FLASH_ATTN_TYPE_PROMPTS",
                       "LLAMA_POOLING_TYPE_CLS",
                       "LLAMA_POOLING_TYPE_LAST",
                       "LLAMA_POOLING_TYPE_MEAN",

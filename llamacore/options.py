@@ -26,8 +26,9 @@ POOLING_TYPES = ("unspecified", "none", "mean", "cls", "last", "rank")
 # llama_attention_type, in enum order from -1
 ATTENTION_TYPES = ("unspecified", "causal", "non_causal")
 
-# llama_flash_attn_type; True and False mean "on" and "off", None means "auto"
-FLASH_ATTN = ("auto", "on", "off")
+# llama_flash_attn_type; True and False mean "on" and "off", None means "auto"; "prompts": flash
+# attention for batches of 16 tokens or more, plain attention for token generation (vendor/patches/0005)
+FLASH_ATTN = ("auto", "on", "off", "prompts")
 
 # llama_split_mode: how layers are spread over several GPUs
 SPLIT_MODES = ("none", "layer", "row", "tensor")

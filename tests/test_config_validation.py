@@ -44,7 +44,7 @@ models:
     ("defaults: {alias: x}", "defaults.alias: not allowed in defaults"),
     ("defaults: {n_ctx: big}", "defaults.n_ctx: expected an integer, got 'big'"),
     ("defaults: {use_mmap: 'yes'}", "defaults.use_mmap: expected true or false, got 'yes'"),
-    ("defaults: {flash_attn: maybe}", "defaults.flash_attn: expected true, false, auto, on or off"),
+    ("defaults: {flash_attn: maybe}", "defaults.flash_attn: expected true, false, auto, on, off or prompts"),
     ("defaults: {type_k: q9}", "defaults.type_k: expected one of f32, f16"),
     ("defaults: {split_mode: rows}", ("defaults.split_mode: expected one of none, layer, row, tensor, got 'rows' "
                                      "(did you mean 'row'?)")),
@@ -186,3 +186,13 @@ def test_speculative_prompt_lookup_loads(work):
     path = yaml_config(work, "defaults: {speculative: {draft_model: ngram, n_draft: 6}}\n"
                              "models: [{alias: a, model: models/model.gguf}]\n")
     assert dict(load_config(path).models[0].speculative) == {"draft_model": "ngram", "n_draft": 6, "ngram_size": 3}
+
+
+def test_flash_attn_for_prompts_only_is_a_load_option(work):
+    """`flash_attn: prompts` reaches the model's context options as llamacore's "prompts"."""
+    from llamacore.options import CONTEXT_KEYS
+    from llamaserve.config import load_config
+
+    path = yaml_config(work, "defaults: {flash_attn: prompts}\nmodels: [{alias: a, model: models/model.gguf}]\n")
+    load = load_config(path).models[0].load
+    assert load["flash_attn"] == "prompts" and "flash_attn" in CONTEXT_KEYS

@@ -24,6 +24,7 @@ _FLASH_ATTN = {                     # llamacore.options.FLASH_ATTN, plus None / 
     "auto": llama.LLAMA_FLASH_ATTN_TYPE_AUTO, None: llama.LLAMA_FLASH_ATTN_TYPE_AUTO,
     "on": llama.LLAMA_FLASH_ATTN_TYPE_ENABLED, True: llama.LLAMA_FLASH_ATTN_TYPE_ENABLED,
     "off": llama.LLAMA_FLASH_ATTN_TYPE_DISABLED, False: llama.LLAMA_FLASH_ATTN_TYPE_DISABLED,
+    "prompts": llama.LLAMA_FLASH_ATTN_TYPE_PROMPTS,
 }
 
 
@@ -80,7 +81,7 @@ cdef llama.llama_context_params _context_params(
         if t not in _KV_CACHE_TYPES:
             raise ValueError(f"{name} {t!r} is not a KV cache type; expected one of {sorted(_KV_CACHE_TYPES)}")
     if flash_attn not in _FLASH_ATTN:
-        raise ValueError("flash_attn must be 'auto', True/'on' or False/'off'")
+        raise ValueError("flash_attn must be 'auto', True/'on', False/'off' or 'prompts'")
     if attention not in _ATTENTION_TYPES:
         raise ValueError(f"attention {attention!r} is not one of {', '.join(_ATTENTION_TYPES)}")
     cpu = os.cpu_count() or 1

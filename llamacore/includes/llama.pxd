@@ -66,6 +66,7 @@ cdef extern from "llama.h" nogil:
         LLAMA_FLASH_ATTN_TYPE_AUTO
         LLAMA_FLASH_ATTN_TYPE_DISABLED
         LLAMA_FLASH_ATTN_TYPE_ENABLED
+        LLAMA_FLASH_ATTN_TYPE_PROMPTS
 
     enum llama_split_mode:
         LLAMA_SPLIT_MODE_NONE

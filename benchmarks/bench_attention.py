@@ -1,0 +1,126 @@
+"""Attention after a long context: flash attention on, off and for prompts only, vs llama-bench.
+
+On the CPU, llama.cpp's flash attention makes prompts faster and generation slower as the
+context grows (README, `flash_attn`). llamacore's ``flash_attn="prompts"`` (vendor/patches/0005)
+uses it for batches of 16 tokens or more and plain attention for smaller ones. Measured: a
+prompt of 512 tokens and 32 generated tokens after a context of --depth tokens (llama-bench's
+``-d``), ours in process with flash_attn on, off and prompts, llama-bench with ``-fa 1`` (what
+llama.cpp's ``auto`` picks on the CPU, so llama-server's default) and ``-fa 0``. Rounds rotate
+the sides; medians of tokens/s. As in bench_core, tokens are random and decoding has no sampling.
+
+Usage: python benchmarks/bench_attention.py [--models small-f16,mid-q4_0] [--depth 1536] [--reps 3]
+       [--runs 3] [--threads N] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+from models import ensure_model  # also puts the checkout on sys.path
+from peer_tools import ensure_tool, repack_args
+
+from llamacore import Batch, Context, Model
+
+N_PROMPT, N_GEN, N_BATCH = 512, 32, 512
+MODES = ("on", "off", "prompts")
+
+
+def _decode(ctx: Context, tokens: list[int], pos: int, batch: Batch) -> None:
+    """`tokens` at positions from `pos`, in batches of N_BATCH, an output for the last of each."""
+    for first in range(0, len(tokens), N_BATCH):
+        batch.clear()
+        batch.add_sequence(tokens[first:first + N_BATCH], pos + first, 0, logits_last=True)
+        ctx.decode(batch)
+
+
+def ours(model: Model, mode: str, depth: int, threads: int, runs: int, rng: random.Random) -> dict[str, list[float]]:
+    """Tokens/s of each run of pp (one batch) and tg (one token a step) after `depth` tokens."""
+    ctx = Context(model, n_ctx=depth + N_PROMPT, n_batch=N_BATCH, n_ubatch=N_BATCH, n_threads=threads,
+                  n_threads_batch=threads, flash_attn=mode, no_perf=True)
+    batch = Batch(N_BATCH)
+    _decode(ctx, [rng.randrange(model.n_vocab) for _ in range(depth)], 0, batch)
+    out: dict[str, list[float]] = {"pp": [], "tg": []}
+    # each test's runs together, the first one untimed, as llama-bench runs them: the first tokens
+    # generated after a prompt batch are slower (the first about 2x, back to normal after ~15)
+    for test, n in (("pp", N_PROMPT), ("tg", N_GEN)):
+        for run in range(runs + 1):
+            tokens = [rng.randrange(model.n_vocab) for _ in range(n)]
+            ctx.kv_remove(0, depth, -1)
+            start = time.perf_counter()
+            if test == "pp":
+                _decode(ctx, tokens, depth, batch)
+            else:
+                for i, token in enumerate(tokens):
+                    batch.clear()
+                    batch.add(token, depth + i, 0, True)
+                    ctx.decode(batch)
+            if run:
+                out[test].append(n / (time.perf_counter() - start))
+    return out
+
+
+def peer(bench: Path, path: Path, depth: int, threads: int, runs: int) -> dict[str, dict[str, list[float]]]:
+    """llama-bench's tokens/s per run, by -fa value ("fa1", "fa0") and test ("pp", "tg")."""
+    cmd = [str(bench), "-m", str(path), "-p", str(N_PROMPT), "-n", str(N_GEN), "-d", str(depth), "-fa", "0,1",
+           "-t", str(threads), "-b", str(N_BATCH), "-ub", str(N_BATCH), "-r", str(runs), "-o", "json",
+           *repack_args(path)]
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
+    out: dict[str, dict[str, list[float]]] = {"fa0": {}, "fa1": {}}
+    for test in json.loads(proc.stdout):
+        fa = "fa1" if test["flash_attn"] in (1, True, "1", "on", "enabled") else "fa0"
+        out[fa]["pp" if test["n_prompt"] else "tg"] = [float(x) for x in test["samples_ts"]]
+    return out
+
+
+def bench_model(label: str, depth: int, threads: int, reps: int, runs: int) -> dict:
+    size, _, dtype = label.partition("-")
+    path = ensure_model(size, dtype or "f16")
+    model = Model(str(path))
+    bench = ensure_tool("llama-bench")
+    rng = random.Random(0)
+    samples: dict[str, dict[str, list[float]]] = {k: {"pp": [], "tg": []} for k in (*MODES, "fa1", "fa0")}
+    sides = [*MODES, "llama-bench"]
+    for r in range(reps):
+        for side in sides[r % len(sides):] + sides[:r % len(sides)]:
+            got = peer(bench, path, depth, threads, runs) if side == "llama-bench" else \
+                {side: ours(model, side, depth, threads, runs, rng)}
+            for name, tests in got.items():
+                for test, values in tests.items():
+                    samples[name][test] += values
+    med = {name: {test: statistics.median(v) for test, v in tests.items()} for name, tests in samples.items()}
+    return {"model": str(path), "depth": depth, "medians": med, "samples": samples}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="small-f16,mid-q4_0")
+    ap.add_argument("--depth", type=int, default=1536)
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args(argv)
+    report = {label: bench_model(label, args.depth, args.threads, args.reps, args.runs)
+              for label in args.models.split(",")}
+    for label, res in report.items():
+        med = res["medians"]
+        print(f"\n{label} after {res['depth']} tokens (tok/s):")
+        for name in (*MODES, "fa1", "fa0"):
+            shown = f"flash_attn {name}" if name in MODES else f"llama-bench -fa {name[-1]}"
+            print(f"  {shown:<22} pp{N_PROMPT} {med[name]['pp']:8.1f}   tg{N_GEN} {med[name]['tg']:7.1f}")
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2))
+    return report
+
+
+if __name__ == "__main__":
+    main()
