@@ -8,8 +8,14 @@ prompt of 512 tokens and 32 generated tokens after a context of --depth tokens (
 llama.cpp's ``auto`` picks on the CPU, so llama-server's default) and ``-fa 0``. Rounds rotate
 the sides; medians of tokens/s. As in bench_core, tokens are random and decoding has no sampling.
 
+Served (--served MODEL, one label): one client sends one --depth-token prompt (token ids) to
+``/completion`` again and again, 64 tokens each, greedy, ``ignore_eos``; both servers keep the
+prompt's KV between requests, so each request generates after --depth tokens of context.
+Generation tokens/s from each server's own ``timings`` ((predicted_n - 1) / predicted_ms): llamaserve
+with ``flash_attn: prompts`` against llama-server ``-fa on`` and ``-fa off``, one slot each.
+
 Usage: python benchmarks/bench_attention.py [--models small-f16,mid-q4_0] [--depth 1536] [--reps 3]
-       [--runs 3] [--threads N] [--json OUT]
+       [--runs 3] [--threads N] [--served mid-q4_0] [--workdir DIR] [--json OUT]
 """
 
 from __future__ import annotations
@@ -20,8 +26,12 @@ import os
 import random
 import statistics
 import subprocess
+import tempfile
 import time
 from pathlib import Path
+
+import httpx
+import servers
 
 from models import ensure_model  # also puts the checkout on sys.path
 from peer_tools import ensure_tool, repack_args
@@ -100,6 +110,37 @@ def bench_model(label: str, depth: int, threads: int, reps: int, runs: int) -> d
     return {"model": str(path), "depth": depth, "medians": med, "samples": samples}
 
 
+def served(label: str, depth: int, threads: int, reps: int, workdir: Path) -> dict:
+    """Generation tokens/s after `depth` tokens of context, per server (medians over `reps` rounds)."""
+    size, _, dtype = label.partition("-")
+    path = ensure_model(size, dtype or "f16")
+    rng = random.Random(1)
+    prompt = [rng.randrange(Model(str(path), vocab_only=True).n_vocab) for _ in range(depth)]
+    n_ctx = depth + 128
+    sides = {"llamaserve prompts": servers.llamaserve(path, workdir, threads=threads, parallel=1, n_ctx=n_ctx,
+                                                       name="llamaserve-fa-prompts", defaults={"flash_attn": "prompts"}),
+             "llama-server -fa on": servers.llama_server(path, workdir, threads=threads, parallel=1, n_ctx=n_ctx,
+                                                         name="llama-server-fa-on", extra_args=["-fa", "on"]),
+             "llama-server -fa off": servers.llama_server(path, workdir, threads=threads, parallel=1, n_ctx=n_ctx,
+                                                          name="llama-server-fa-off")}
+    body = {"model": "base", "prompt": prompt, "n_predict": 64, "temperature": 0, "ignore_eos": True,
+            "cache_prompt": True}
+    samples: dict[str, list[float]] = {name: [] for name in sides}
+    with servers.ServerSet() as owned, httpx.Client(timeout=600.0) as http:
+        for server in sides.values():
+            owned.add(server)
+            http.post(server.base_url + "/completion", json=body).raise_for_status()   # the prompt's KV
+        names = list(sides)
+        for r in range(reps):
+            for name in names[r % len(names):] + names[:r % len(names)]:
+                resp = http.post(sides[name].base_url + "/completion", json=body)
+                resp.raise_for_status()
+                t = resp.json()["timings"]
+                samples[name].append(1e3 * (t["predicted_n"] - 1) / t["predicted_ms"])
+    return {"model": str(path), "depth": depth, "medians": {k: statistics.median(v) for k, v in samples.items()},
+            "samples": samples}
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="small-f16,mid-q4_0")
@@ -107,11 +148,19 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--served", help="also serve this model (a size-dtype label) to one client")
+    ap.add_argument("--workdir", type=Path)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
-    report = {label: bench_model(label, args.depth, args.threads, args.reps, args.runs)
-              for label in args.models.split(",")}
-    for label, res in report.items():
+    report: dict = {"models": {label: bench_model(label, args.depth, args.threads, args.reps, args.runs)
+                               for label in args.models.split(",")}}
+    if args.served:
+        with tempfile.TemporaryDirectory() as tmp:
+            got = served(args.served, args.depth, args.threads, 2 * args.reps + 1, args.workdir or Path(tmp))
+        print(f"\nserved {args.served}, 64 tokens after {args.depth} (tok/s): "
+              + ", ".join(f"{k} {v:.1f}" for k, v in got["medians"].items()))
+        report["served"] = got
+    for label, res in report["models"].items():
         med = res["medians"]
         print(f"\n{label} after {res['depth']} tokens (tok/s):")
         for name in (*MODES, "fa1", "fa0"):

@@ -70,7 +70,11 @@ def llm_rows(llm: dict) -> list[Row]:
 def attention_rows(att: dict) -> list[Row]:
     """flash_attn "prompts" against llama-bench's two settings, then each of ours against its own."""
     rows = []
-    for label, rep in att.items():
+    if served := att.get("served"):
+        med, name = served["medians"], Path(served["model"]).stem
+        rows += [(f"served, 1 client, 64 tokens after {served['depth']}, {name}: flash_attn prompts (tok/s)",
+                  med["llamaserve prompts"], peer, med[peer], "") for peer in ("llama-server -fa on", "llama-server -fa off")]
+    for label, rep in att["models"].items():
         med, d = rep["medians"], f"d{rep['depth']}"
         rows += [(f"{test}{n} @ {d} {label}: flash_attn prompts (tok/s)", med["prompts"][test], f"llama-bench -fa {fa}",
                   med[f"fa{fa}"][test], "") for test, n in (("tg", 32), ("pp", 512)) for fa in (1, 0)]
@@ -257,8 +261,7 @@ def headline(results: dict) -> list[Row]:
     if llm:
         rows += llm_rows({k: v for k, v in llm.items() if k == "mid"} or {k: v for k, v in llm.items() if k == list(llm)[-1]})
     if att := _result(results, "attention"):
-        label = list(att)[-1]
-        rows += attention_rows({label: att[label]})[:1]
+        rows += attention_rows(att)[:1]
     if server:
         rows += [r for r in server_rows(server) if r[0].startswith("8 ")]
         rows += [r for r in lora_mix_rows(server) if r[0].startswith("mix4")]

@@ -90,7 +90,8 @@ def _core(m: dict, threads: int, workdir: Path) -> dict:
 
 
 def _attention(m: dict, threads: int, workdir: Path) -> dict:
-    return bench_attention.main(["--models", m["attention_models"], "--threads", str(threads),
+    return bench_attention.main(["--models", m["attention_models"], "--served", m["attention_models"].split(",")[-1],
+                                 "--threads", str(threads), "--workdir", str(workdir),
                                  "--reps", str(m["llm_reps"]), "--runs", str(m["llm_runs"])])
 
 
