@@ -294,7 +294,7 @@ defaults:                  # merged into every model below; a model's own keys w
   n_ctx: 4096              # context size in tokens (0 = the model's training context)
   n_gpu_layers: -1         # layers offloaded to the GPU, -1 = all (no effect without a GPU)
   # n_threads: 8           # CPU threads for decoding
-  # flash_attn: auto        # on, off, or prompts: flash attention for prompts only (faster generation on CPUs)
+  # flash_attn: auto       # on, off, or prompts: flash attention for prompts only (faster generation on CPUs)
   # isolation: process     # each model in a worker process (a crash ends only its requests); or thread
   # max_rss: 16GiB         # stop a model's worker whose memory passes this (isolation: process)
 
