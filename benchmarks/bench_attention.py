@@ -33,6 +33,7 @@ from pathlib import Path
 import httpx
 import servers
 
+import bench_core
 from models import ensure_model  # also puts the checkout on sys.path
 from peer_tools import ensure_tool, repack_args
 
@@ -67,10 +68,7 @@ def ours(model: Model, mode: str, depth: int, threads: int, runs: int, rng: rand
             if test == "pp":
                 _decode(ctx, tokens, depth, batch)
             else:
-                for i, token in enumerate(tokens):
-                    batch.clear()
-                    batch.add(token, depth + i, 0, True)
-                    ctx.decode(batch)
+                bench_core.gen(ctx, tokens)          # from the position after the depth
             if run:
                 out[test].append(n / (time.perf_counter() - start))
     return out

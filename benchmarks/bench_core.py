@@ -68,7 +68,7 @@ def _prompt(ctx: Context, tokens: list[int]) -> None:
     ctx.decode(batch)
 
 
-def _gen(ctx: Context, tokens: list[int]) -> None:
+def gen(ctx: Context, tokens: list[int]) -> None:
     """llama-bench test_gen: single-token decodes with an output each, no sampling."""
     pos = ctx.kv_pos_max(0) + 1
     batch = Batch(1)
@@ -84,7 +84,7 @@ def run_ours(model: Model, s: Settings, seed: int) -> dict[str, list[float]]:
     rng = random.Random(seed)
     out: dict[str, list[float]] = {}
     for name, n, test, warm in ((f"pp{s.n_prompt}", s.n_prompt, _prompt, s.n_prompt),
-                                (f"tg{s.n_gen}", s.n_gen, _gen, 1)):
+                                (f"tg{s.n_gen}", s.n_gen, gen, 1)):
         ctx = _context(model, s, n_ctx=n)  # llama-bench: n_ctx = n_prompt + n_gen of the test
         ctx.kv_clear()
         test(ctx, _tokens(model, warm, rng))

@@ -31,14 +31,14 @@ from typing import Any, TypeVar
 from llamacore import Batch, Context, LoraAdapter, Model
 from llamacore.events import Failed, Finished, Progress, Started
 from llamacore.multimodal import decode_image, load_projector
-from llamacore.prefix import AdapterKey
 from llamaserve.draft_model import DraftModel, DraftModelSpec
 from llamaserve.errors import EngineClosedError, QueueFullError
 from llamaserve.gen_request import Emitted, GenRequest, Sampled
 from llamaserve.request_sampling import RequestSamplers
 from llamaserve.prompt_cache import PromptCache
 from llamaserve.scheduler import Scheduler, StepPlan
-from llamaserve.sequence_kv import attach_adapters, prepare_sequence, stash_idle
+from llamaserve.sequence_adapters import SequenceAdapters
+from llamaserve.sequence_kv import prepare_sequence, stash_idle
 from llamaserve.speculative import Drafter, PromptLookup
 
 log = logging.getLogger("llamaserve.engine")
@@ -81,7 +81,7 @@ class Engine:
         self._closed = False
         self._jobs: deque[tuple[Callable[[], Any], Future]] = deque()   # run on the worker between steps
         self._retired: set[str] = set()      # adapters to free once no request uses them
-        self._seq_adapters: dict[int, AdapterKey] = {}   # the adapter set given to each sequence
+        self._seq_adapters = SequenceAdapters(self.ctx, self.adapters)
         self._thread: threading.Thread | None = None
         # called on the worker thread after each step (a worker process sends that step's events then)
         self.on_step: Callable[[], None] | None = None
@@ -280,10 +280,7 @@ class Engine:
             retired = [p for p in self._retired if not self.scheduler.uses_adapter(p)]
             self._retired.difference_update(retired)
         for path in retired:
-            for seq, key in list(self._seq_adapters.items()):
-                if any(p == path for p, _ in key):     # the context holds the adapter for this sequence
-                    self.ctx.set_sequence_adapters(seq, {})
-                    self._seq_adapters[seq] = ()
+            self._seq_adapters.release(path)
             self.scheduler.forget_adapter(path)
             del self.adapters[path]           # the last reference: llama.cpp frees it now
 
@@ -293,7 +290,7 @@ class Engine:
         for a in admitted:
             prepare_sequence(self.ctx, a, self.scheduler, self._prompt_cache)
             try:
-                attach_adapters(self.ctx, a, self.adapters, self._seq_adapters)
+                self._seq_adapters.attach(a)
             except Exception as exc:     # fails this request alone
                 self._emit(self.scheduler.fail([a.slot], exc))
                 continue

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import functools
 import gc
 import os
 import time
@@ -105,10 +106,8 @@ def limit_heap_arenas(n: int = 2) -> None:
     in whichever arena allocated it, and the server's RSS wanders by megabytes with that history.
     Called once, before the server starts threads.
     """
-    try:
-        ctypes.CDLL("libc.so.6").mallopt(M_ARENA_MAX, n)
-    except (OSError, AttributeError):        # not glibc
-        pass
+    if (libc := _glibc()) is not None:
+        libc.mallopt(M_ARENA_MAX, n)
 
 
 def collect_and_trim() -> None:
@@ -120,11 +119,18 @@ def collect_and_trim() -> None:
 
 def _trim_heap() -> None:
     """Hand freed heap pages back to the OS (glibc keeps them in its arenas after a model unloads)."""
+    if (libc := _glibc()) is not None:
+        libc.malloc_trim(0)
+
+
+@functools.cache
+def _glibc() -> ctypes.CDLL | None:
+    """glibc, for this module's memory calls; None on another C library (nothing to tune then)."""
     try:
         libc = ctypes.CDLL("libc.so.6")
-        libc.malloc_trim(0)
-    except (OSError, AttributeError):        # not glibc: nothing to trim
-        pass
+    except OSError:
+        return None
+    return libc if all(hasattr(libc, f) for f in ("malloc_trim", "mallopt", "madvise")) else None
 
 
 MADV_PAGEOUT = 21    # Linux 5.4+: reclaim these pages now
@@ -136,11 +142,12 @@ def release_code_pages() -> None:
     2.5 MiB of it that nothing runs until the next load, when the kernel reads them in again.
     (An older kernel refuses the advice; nothing changes then.)"""
     path = os.path.realpath(llamacore._core.__file__)
+    if (libc := _glibc()) is None:
+        return
     try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
         with open("/proc/self/maps") as maps:
             lines = maps.readlines()
-    except OSError:                          # not Linux with glibc
+    except OSError:                          # not Linux
         return
     for line in lines:
         fields = line.split()

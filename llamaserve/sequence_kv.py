@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from llamacore import Context, LoraAdapter
-from llamacore.prefix import AdapterKey
+from llamacore import Context
 from llamaserve.prompt_cache import PromptCache
 from llamaserve.scheduler import Admission, Scheduler
 
@@ -30,23 +29,6 @@ def prepare_sequence(ctx: Context, a: Admission, scheduler: Scheduler, cache: Pr
         ctx.kv_remove(seq, 0, -1)           # removing a whole sequence always works
         if a.source is None:
             scheduler.forget_cache(a.slot)
-
-
-def attach_adapters(ctx: Context, a: Admission, adapters: dict[str, LoraAdapter],
-                    held: dict[int, AdapterKey]) -> None:
-    """Give `a.slot`'s sequence its request's adapter set (`held`: what each sequence has now), then
-    the cells of the prefix it shares with `a.source`. Raises, the sequence emptied, when the set
-    cannot be applied; the request fails alone."""
-    seq = a.slot.seq
-    if held.get(seq) != a.req.adapters:
-        try:
-            ctx.set_sequence_adapters(seq, {adapters[p]: s for p, s in a.req.adapters})
-        except Exception:
-            ctx.kv_remove(seq, 0, -1)
-            raise
-        held[seq] = a.req.adapters
-    if a.source is not None:
-        ctx.kv_copy(a.source.seq, seq, 0, a.shared)
 
 
 def stash_idle(ctx: Context, scheduler: Scheduler, cache: PromptCache,
