@@ -249,10 +249,13 @@ def _versions() -> dict:
 
 
 def merged(base: dict, rerun: dict) -> dict:
-    """`base` with the cases of `rerun` replaced, and a note of when and where they ran."""
+    """`base` with the cases of `rerun` replaced, and a note of when and where they ran (the CPU too,
+    when it is not the base's: machines of one id, cores and memory, may differ in it)."""
     out = dict(base)
     out["cases"] = {**base["cases"], **rerun["cases"]}
-    out["notes"] = [*base["notes"], f"cases {', '.join(rerun['cases'])} rerun {rerun['date']} at commit "
+    cpu = rerun["machine"]["cpu"]
+    elsewhere = f" on another CPU ({cpu})" if cpu != base.get("machine", {}).get("cpu", cpu) else ""
+    out["notes"] = [*base["notes"], f"cases {', '.join(rerun['cases'])} rerun {rerun['date']}{elsewhere} at commit "
                                     f"{rerun['git']['commit'][:10]}{' (dirty)' if rerun['git']['dirty'] else ''} "
                                     f"with `{rerun['command']}`"]
     out["roofline"] = base.get("roofline", {})      # the core cases it comes from were not rerun

@@ -22,6 +22,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from llamaserve.errors import KNOWN_ERRORS, APIError, api_error_for
+from llamaserve.gc_pauses import freeze_startup_objects
 from llamaserve.loaded import limit_heap_arenas
 from llamaserve.logs import configure as configure_logging
 from llamaserve.metrics import Metrics
@@ -95,6 +96,8 @@ def create_app(config: ServerConfig) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette):
+        freeze_startup_objects()         # before any model loads: unloading must still collect its cycles
+        metrics.gc.install()
         registry.start()
         if config.ready_requires_model:
             registry.preload_default()
@@ -102,6 +105,7 @@ def create_app(config: ServerConfig) -> Starlette:
             yield
         finally:
             await registry.close()
+            metrics.gc.remove()
 
     routes = [
         Route("/v1/completions", completions, methods=["POST"]),

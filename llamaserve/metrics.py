@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from llamaserve.gc_pauses import GcPauses
 from llamaserve.metrics_llamacpp import LlamaCppMetrics
 
 
@@ -52,6 +53,7 @@ class Metrics:
                                        ["model"], registry=r)
         self.cancelled = Counter("llamaserve_cancelled_requests", "Generations stopped by client disconnect",
                                  registry=r)
+        self.gc = GcPauses(r)
         self.llamacpp = LlamaCppMetrics()      # llama-server's llamacpp:* families, rendered after these
 
     def forget_adapter(self, model: str, names: set[str]) -> None:

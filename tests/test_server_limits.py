@@ -8,6 +8,7 @@ import time
 import httpx
 import openai
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from helpers import N_THREADS, assert_openai_error
 from server import ServerProcess
 
@@ -201,6 +202,18 @@ def test_openapi_and_metrics(limited):
     for name in ("llamaserve_requests_total", "llamaserve_completion_tokens_total", "llamaserve_loaded_models",
                  "llamaserve_time_to_first_token_seconds_bucket", "llamaserve_queue_depth"):
         assert name in text
+
+
+def test_startup_objects_stay_out_of_garbage_collections(limited):
+    """What the server holds once started is frozen (full collections, which hold the GIL, walk only
+    what came after), and every collection's pause is measured."""
+    assert complete(limited, "m32").status_code == 200
+    families = {f.name: f for f in text_string_to_metric_families(limited.get("/metrics").text)}
+    frozen = families["llamaserve_gc_frozen_objects"].samples[0].value
+    assert frozen > 10_000, frozen           # uvicorn, Starlette, pydantic, the schemas...
+    counts = {s.labels["generation"]: s.value for s in families["llamaserve_gc_pause_seconds"].samples
+              if s.name.endswith("_count")}
+    assert counts.get("0", 0) > 0, counts
 
 
 def test_sigterm_exits_cleanly(tmp_path, tiny_model_path):
