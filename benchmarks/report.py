@@ -370,6 +370,10 @@ def update_readme(results: dict, json_path: Path, readme: Path = README) -> None
     header = (f"[{stem}.md]({rel}/{stem}.md) ({results['date'][:10]}, {m['cpu']}, {m['cpus']} CPUs, "
               f"{m['ram_gib']} GiB; commit {results['git']['commit'][:10]}; all samples in "
               f"[{stem}.json]({rel}/{stem}.json)):")
+    elsewhere = sorted({n.split("on another CPU (", 1)[1].split(")", 1)[0] for n in results["notes"]
+                        if "on another CPU (" in n})
+    if elsewhere:                # a --merge rerun on a machine of the same id with another CPU
+        header += f" some cases were rerun on {', '.join(elsewhere)}: the report's notes say which."
     block = [MARKERS[0], "", header, "", *table(headline(results), ""), ""]
     block += [f"![{p.stem[len(stem) + 1:]}]({rel}/{p.name})" for p in sorted(json_path.parent.glob(f"{stem}-*.png"))]
     text = readme.read_text()
