@@ -197,7 +197,6 @@ def wait_for_idle_cpus(n: int | None = None, timeout: float = 60.0, slack: float
     return idle
 
 
-
 if __name__ == "__main__":
     for tool in sys.argv[1:] or TOOLS:
         print(ensure_tool(tool))
