@@ -4,7 +4,8 @@ Served: for each adapter rank, llamaserve (aliases l1..l8, one adapter each, on 
 and llama-server (the same eight adapters, per-request ``"lora"`` scales) side by side. Each
 round runs C concurrent clients spread over N adapters (client i on adapter i mod N) for C in
 --clients and N in --adapters; "single" is N = 1. Reported: aggregate tokens/s, mixN/single per
-server (how much mixing adapters costs), ours/llama-server, and TTFT p95 mixed vs single.
+server (how much mixing adapters costs), ours/llama-server, and TTFT p95 mixed vs single: over
+all reps' requests together, and paired by rep (the median of each rep's ratio; see paired_ttft_p95).
 Every round's prompts are new (client i's led by i and the round's number): both servers keep KV
 only for the adapter set it was computed with, so repeating one prompt set would let
 single-adapter rounds reuse the previous round's prompts where mixed rounds mostly could not, and
@@ -74,10 +75,25 @@ async def served(path: Path, rank: int, args, workdir: Path) -> dict:
     summary = summarize(rounds)
     print_table(f"Mixed adapters, rank {rank}", summary, args.noise)
     return {"rank": rank, "servers": {s.name: s.cmd for s, _ in plan}, "warmup_texts": texts,
-            "rounds": rounds, "summary": summary, "ratios": ratios(summary, rank, args)}
+            "rounds": rounds, "summary": summary, "ratios": ratios(summary, rounds, rank, args)}
 
 
-def ratios(summary: dict, rank: int, args) -> dict[str, float | None]:
+def paired_ttft_p95(rounds: list[dict], server: str, mixed: str, single: str) -> float | None:
+    """Median over reps of (the mixed round's TTFT p95 / the same rep's single-adapter round's).
+
+    A rep's cases run one after the other, so its two rounds share whatever the machine was doing;
+    the p95 over all reps' requests together is instead set by the slowest rounds (one round is 8%
+    of the requests), which on a shared 2-core machine fell on either case at random (the same case
+    took 350 to 710 ms a round within one run)."""
+    by_rep: dict[int, dict[str, float]] = {}
+    for r in rounds:
+        if r["server"] == server and not r.get("discarded") and r["ttft_p95"] and r["case"] in (mixed, single):
+            by_rep.setdefault(r["rep"], {})[r["case"]] = r["ttft_p95"]
+    pairs = [v[mixed] / v[single] for v in by_rep.values() if len(v) == 2]
+    return statistics.median(pairs) if pairs else None
+
+
+def ratios(summary: dict, rounds: list[dict], rank: int, args) -> dict[str, float | None]:
     out: dict[str, float | None] = {}
     ours, peer = f"llamaserve-r{rank}", f"llama-server-r{rank}"
     for c in args.clients:
@@ -96,6 +112,8 @@ def ratios(summary: dict, rank: int, args) -> dict[str, float | None]:
                 a, b = mix.get(name), single.get(name)
                 if a and b and a["ttft_p95"] and b["ttft_p95"]:
                     out[f"{name} ttft_p95 mix{n}/single@c{c}"] = a["ttft_p95"] / b["ttft_p95"]
+                    out[f"{name} ttft_p95 paired mix{n}/single@c{c}"] = paired_ttft_p95(
+                        rounds, name, case_name(n, c), case_name(1, c))
     return out
 
 

@@ -131,8 +131,13 @@ def mixed_lora_rows(mixed: dict) -> list[Row]:
             if "/single" in key and key.startswith("llamaserve"):
                 peer = r["ratios"].get(key.replace("llamaserve", "llama-server"))
                 what = key.split(" ", 1)[1]
-                label = (f"rank {rank}, {what.split(' ', 1)[1]} (ratio of TTFT p95; target <= 1.2)" if "ttft" in what
-                         else f"rank {rank}, {what} (ratio of tok/s)")
+                if "paired" in what:
+                    label = (f"rank {rank}, {what.rsplit(' ', 1)[1]} (TTFT p95 of each rep's rounds: median of "
+                             f"the reps' ratios; target <= 1.2)")
+                elif "ttft" in what:
+                    label = f"rank {rank}, {what.split(' ', 1)[1]} (ratio of TTFT p95 over all reps; target <= 1.2)"
+                else:
+                    label = f"rank {rank}, {what} (ratio of tok/s)"
                 rows.append((label, value, "llama-server, same ratio", peer, "x"))
     return rows
 
