@@ -7,7 +7,8 @@ max_tokens 64, temperature 0; ``ignore_eos`` where the server has it, so each re
 tokens). Per round: aggregate generated tokens/s = all generated tokens / wall time of the round,
 and the time to first non-empty text chunk (TTFT) of every request (p50 / p95). Each server gets
 one untimed warmup request first (llamaserve loads its model lazily). For each concurrency level
-the servers alternate order between rounds; ``--reps`` rounds each, medians reported.
+the servers alternate order between rounds; ``--reps`` rounds each (1 client: three times as many,
+its rounds being short and cheap), medians reported.
 
 Mixed LoRA (llamaserve, and llama-server via its per-request ``"lora"`` field): 4 random adapters
 for the model's spec; 8 clients all on one adapter alias ("single"), spread over 2 and over 4
@@ -36,6 +37,7 @@ from server_rounds import (N_GEN, PROMPT, add_model_options, add_round_options, 
                            summarize, warm_started)
 
 N_CTX = 256
+ONE_CLIENT_REPS = 3         # the 1-client level runs this many times --reps rounds
 PARALLEL = 8
 LORA_CLIENTS = 8
 LORA_CASES = {"base": ["base"], "single": ["l1"], "mix2": ["l1", "l2"], "mix4": ["l1", "l2", "l3", "l4"]}
@@ -102,9 +104,14 @@ async def amain(args) -> dict:
         report["warmup_texts"] = texts
         _check_same_text(texts, notes)
         report["servers"] = {s.name: {"cmd": s.cmd, "log": str(s.log_path)} for s in main}
-        cases = [(f"c{c}", ["base"], c) for c in args.clients]
-        print(f"\n{len(cases)} concurrency levels x {args.reps} reps x {len(main)} servers", flush=True)
-        rounds = await bench([(s, cases) for s in main], args.reps, args)
+        rounds = []
+        if 1 in args.clients:       # one stream's round is 64 tokens, ~0.1 s: noisy alone, cheap to repeat
+            print(f"\n1 client x {ONE_CLIENT_REPS * args.reps} reps x {len(main)} servers", flush=True)
+            rounds += await bench([(s, [("c1", ["base"], 1)]) for s in main], ONE_CLIENT_REPS * args.reps, args)
+        cases = [(f"c{c}", ["base"], c) for c in args.clients if c > 1]
+        if cases:
+            print(f"\n{len(cases)} concurrency levels x {args.reps} reps x {len(main)} servers", flush=True)
+            rounds += await bench([(s, cases) for s in main], args.reps, args)
     report["rounds"] = rounds
     summary = summarize(rounds)
     report["summary"] = summary

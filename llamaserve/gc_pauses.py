@@ -36,6 +36,8 @@ class GcPauses:
                                 "Cyclic garbage collections in the server process, which hold the GIL throughout, "
                                 "by generation", ["generation"],
                                 buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25), registry=registry)
+        for generation in range(len(gc.get_threshold())):   # every series from the start: a fixed set
+            self.pauses.labels(str(generation))
         self.frozen = Gauge("llamaserve_gc_frozen_objects",
                             "Objects kept out of garbage collections (those alive when the server started)",
                             registry=registry)

@@ -60,12 +60,14 @@ def mixed_path(request, monkeypatch):
 
 
 def assert_same(got, want, path, msg=""):
-    """Bitwise for the per-adapter path; within 1e-5 for the slot pool, whose mul_mat_id kernel sums
-    in another order than mul_mat's sgemm (measured: up to 7.6e-6 on logits up to 24)."""
+    """Bitwise for the per-adapter path. The slot pool's mul_mat_id kernel sums in another order than
+    mul_mat's sgemm, so its rounding errors scale with the row's largest logits, not with each
+    element: every logit within 1e-5 of the row's largest magnitude (measured on logits up to 24:
+    7.6e-6 on an Intel Xeon, 1.3e-5 on an AMD EPYC, on a logit of -0.13)."""
     if path == "per-adapter":
         np.testing.assert_array_equal(got, want, err_msg=msg)
     else:
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=msg)
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * float(np.abs(want).max()), err_msg=msg)
 
 
 def new_ctx(model):
