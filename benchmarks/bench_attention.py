@@ -25,7 +25,6 @@ import json
 import os
 import random
 import statistics
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -79,11 +78,8 @@ def peer(bench: Path, path: Path, depth: int, threads: int, runs: int) -> dict[s
     cmd = [str(bench), "-m", str(path), "-p", str(N_PROMPT), "-n", str(N_GEN), "-d", str(depth), "-fa", "0,1",
            "-t", str(threads), "-b", str(N_BATCH), "-ub", str(N_BATCH), "-r", str(runs), "-o", "json",
            *repack_args(path)]
-    proc = subprocess.run(cmd, check=False, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
     out: dict[str, dict[str, list[float]]] = {"fa0": {}, "fa1": {}}
-    for test in json.loads(proc.stdout):
+    for test in bench_core.llama_bench_json(cmd):
         fa = "fa1" if test["flash_attn"] in (1, True, "1", "on", "enabled") else "fa0"
         out[fa]["pp" if test["n_prompt"] else "tg"] = [float(x) for x in test["samples_ts"]]
     return out

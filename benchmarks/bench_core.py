@@ -108,14 +108,18 @@ def peer_command(bench: Path, model_path: Path, s: Settings) -> list[str]:
             "-r", str(s.runs), "-o", "json", *repack_args(model_path)]
 
 
-def run_peer(bench: Path, model_path: Path, s: Settings) -> dict[str, list[float]]:
-    """Tokens/s of each timed run of pp and tg reported by llama-bench."""
-    cmd = peer_command(bench, model_path, s)
+def llama_bench_json(cmd: list[str]) -> list[dict]:
+    """Run a llama-bench command line ending in ``-o json``: its tests; its stderr's end on failure."""
     proc = subprocess.run(cmd, check=False, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
+    return json.loads(proc.stdout)
+
+
+def run_peer(bench: Path, model_path: Path, s: Settings) -> dict[str, list[float]]:
+    """Tokens/s of each timed run of pp and tg reported by llama-bench."""
     out = {}
-    for test in json.loads(proc.stdout):
+    for test in llama_bench_json(peer_command(bench, model_path, s)):
         name = f"pp{test['n_prompt']}" if test["n_prompt"] else f"tg{test['n_gen']}"
         out[name] = [float(x) for x in test["samples_ts"]]
     return out

@@ -72,6 +72,7 @@ from pathlib import Path
 import httpx
 import machine
 import servers
+from bench_core import llama_bench_json
 from models import SPECS, ensure_model  # also puts the checkout on sys.path
 from peer_tools import cpu_busy, ensure_tool, repack_args
 from server_rounds import CpuMeter
@@ -234,15 +235,11 @@ def _print(r: dict) -> None:
 
 def draft_cost(target: Path, draft: Path, threads: int, idle_wait: float) -> dict:
     """Generation tokens/s of target and draft alone (llama-bench tg32, mean of 3 runs) and their ratio."""
-    import json
-
     out = {}
     for key, path in (("target_tok_s", target), ("draft_tok_s", draft)):
         wait_idle(idle_wait)
-        proc = subprocess.run([str(ensure_tool("llama-bench")), "-m", str(path), "-p", "0", "-n", "32", "-r", "3",
-                               "-t", str(threads), "-o", "json", *repack_args(path)], capture_output=True, text=True,
-                              check=True)
-        out[key] = json.loads(proc.stdout)[0]["avg_ts"]
+        out[key] = llama_bench_json([str(ensure_tool("llama-bench")), "-m", str(path), "-p", "0", "-n", "32", "-r", "3",
+                                     "-t", str(threads), "-o", "json", *repack_args(path)])[0]["avg_ts"]
     out["ratio"] = out["target_tok_s"] / out["draft_tok_s"]
     return out
 

@@ -81,7 +81,7 @@ class Engine:
         self._closed = False
         self._jobs: deque[tuple[Callable[[], Any], Future]] = deque()   # run on the worker between steps
         self._retired: set[str] = set()      # adapters to free once no request uses them
-        self._seq_adapters = SequenceAdapters(self.ctx, self.adapters)
+        self._seq_adapters = SequenceAdapters()
         self._thread: threading.Thread | None = None
         # called on the worker thread after each step (a worker process sends that step's events then)
         self.on_step: Callable[[], None] | None = None
@@ -280,7 +280,7 @@ class Engine:
             retired = [p for p in self._retired if not self.scheduler.uses_adapter(p)]
             self._retired.difference_update(retired)
         for path in retired:
-            self._seq_adapters.release(path)
+            self._seq_adapters.release(self.ctx, path)
             self.scheduler.forget_adapter(path)
             del self.adapters[path]           # the last reference: llama.cpp frees it now
 
@@ -290,7 +290,7 @@ class Engine:
         for a in admitted:
             prepare_sequence(self.ctx, a, self.scheduler, self._prompt_cache)
             try:
-                self._seq_adapters.attach(a)
+                self._seq_adapters.attach(self.ctx, self.adapters, a)
             except Exception as exc:     # fails this request alone
                 self._emit(self.scheduler.fail([a.slot], exc))
                 continue
