@@ -41,6 +41,11 @@ LLAMA_CMAKE_FLAGS = [
     # for video and WebP, and a server must not start processes on untrusted input
     "-DLLAMA_BUILD_MTMD=ON",
     "-DMTMD_VIDEO=OFF",
+    # the libraries end up in a shared object (the extension), where by default every global function
+    # may be interposed, so the compiler neither inlines nor calls directly within a file; they cannot
+    # be (the extension links with -Bsymbolic-functions, link_args)
+    "-DCMAKE_C_FLAGS=-fno-semantic-interposition",
+    "-DCMAKE_CXX_FLAGS=-fno-semantic-interposition",
 ]
 
 
@@ -118,7 +123,11 @@ def static_libraries(build: Path) -> list[Path]:
 def link_args(build: Path) -> list[str]:
     """Static libraries in dependency order, plus what the enabled backends need."""
     libs = static_libraries(build)
-    args = ["-Wl,--start-group", *map(str, libs), "-Wl,--end-group", "-fopenmp", "-lpthread", "-ldl"]
+    args = ["-Wl,--start-group", *map(str, libs), "-Wl,--end-group", "-fopenmp", "-lpthread", "-ldl",
+            # calls between llama.cpp's own functions go straight to them, as in llama.cpp's executables,
+            # not through the PLT: the llama_* symbols stay exported (llama-cpp-python's ctypes binds
+            # them, vendor/lcp_python.py), but nothing can interpose them
+            "-Wl,-Bsymbolic-functions"]
     names = {p.name for p in libs}
     if "libggml-cuda.a" in names:
         cuda_lib = cmake_cache_value(build, "CUDAToolkit_LIBRARY_DIR") or "/usr/local/cuda/lib64"

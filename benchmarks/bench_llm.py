@@ -1,7 +1,11 @@
 """Generation speed of the high-level API: llamacore.Llama vs llama-cpp-python's Llama vs llama-bench tg.
 
 Each side generates a fixed 128 tokens greedily from the same short prompt on the same model
-and threads (flash attention off on every side, llama-cpp-python's default). The prompt cache
+and threads (flash attention off on every side, llama-cpp-python's default). A fourth side splits
+llamacore's gap to llama-bench in two: "decode loop" is llama-bench's tg done through llamacore on
+the same context (bench_core.gen: 128 single-token decodes from an empty cache, no prompt, no
+sampling), so completion / decode loop is what the completion adds (its prompt, sampling, text)
+and decode loop / llama-bench is the binding's decode against llama.cpp's own. The prompt cache
 is reset before every run so each run does the same work. Rounds alternate the sides; medians
 of tokens/s are compared. llama-cpp-python is the installed package when there is one, else its own
 Python from the pinned sdist over this build's libllama, in a child process (vendor/lcp_python.py);
@@ -18,12 +22,13 @@ import argparse
 import importlib.util
 import json
 import os
+import random
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
-from bench_core import Settings, run_peer
+from bench_core import Settings, gen, run_peer
 from llama_side import Side, lcp_environment
 from models import ensure_model  # also puts the checkout on sys.path
 from peer_tools import ensure_tool
@@ -64,6 +69,23 @@ def timed_runs(llm, runs: int, **kw) -> list[float]:
     return out
 
 
+def decode_loop_runs(llm: Llama, runs: int) -> list[float]:
+    """Tokens/s of `runs` bare decode loops of N_GEN random tokens on `llm`'s context (after one
+    warmup); the cache is cleared before and after each, so the next completion starts empty."""
+    rng = random.Random(0)
+    out = []
+    for i in range(runs + 1):
+        tokens = [rng.randrange(llm.model.n_vocab) for _ in range(N_GEN)]
+        llm.reset()
+        start = time.perf_counter()
+        gen(llm.ctx, tokens)
+        elapsed = time.perf_counter() - start
+        llm.reset()
+        if i:
+            out.append(N_GEN / elapsed)
+    return out
+
+
 def child_runs(side: Side, runs: int) -> list[float]:
     """timed_runs for llama-cpp-python in a child process (each run resets its cache first)."""
     out = []
@@ -80,7 +102,8 @@ def bench_model(label: str, threads: int, reps: int, runs: int, lcp_env: dict[st
     size, _, dtype = label.partition("-")
     path = ensure_model(size, dtype or "f16")
     ours = Llama(path, n_ctx=512, n_batch=512, n_threads=threads, flash_attn=False)
-    sides = {"llamacore": lambda: timed_runs(ours, runs, ignore_eos=True)}
+    sides = {"llamacore": lambda: timed_runs(ours, runs, ignore_eos=True),
+             "decode loop": lambda: decode_loop_runs(ours, runs)}
     child, note = None, None
     if importlib.util.find_spec("llama_cpp"):
         import llama_cpp
@@ -109,7 +132,8 @@ def bench_model(label: str, threads: int, reps: int, runs: int, lcp_env: dict[st
     # the decode steps alone: a completion's time less its prompt's decode, over its N_GEN - 1 steps
     # (the first token comes from the prompt's logits), against llama-bench's N_GEN steps from empty
     steps = (N_GEN - 1) / (N_GEN / med["llamacore"] - prompt_seconds(ours, 2 * runs + 1))
-    return {"model": str(path), "medians": med, "samples": samples, "ratios": ratios(med, "llamacore"),
+    return {"model": str(path), "medians": med, "samples": samples,
+            "ratios": {**ratios(med, "llamacore"), "decode loop/llama-bench": med["decode loop"] / med["llama-bench"]},
             "steps_per_s": steps, "steps_ratio": steps / med["llama-bench"], **({"note": note} if note else {})}
 
 

@@ -15,7 +15,8 @@
   ``--sleep-idle-seconds 2`` (it loads at start, then sleeps, freeing the model) alongside. The
   difference after unload is split by /proc/PID/smaps_rollup: anonymous memory (what the process
   holds: heap, arenas, stacks) and the rest (clean pages of library code run for the first time,
-  which the kernel reclaims under pressure); a second load and unload shows whether it grows.
+  which the kernel reclaims under pressure), and the mappings that changed most are named; a second
+  load and unload shows whether it grows.
 
 Usage: python benchmarks/bench_load.py [--model small|mid] [--threads N] [--reps N] [--json OUT]
 """
@@ -26,6 +27,7 @@ import asyncio
 import os
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import httpx
@@ -92,6 +94,26 @@ def anon_bytes(pid: int) -> int:
     return 0
 
 
+def rss_by_mapping(pid: int) -> Counter[str]:
+    """Resident KiB per mapped file (anonymous mappings as "[anon]", the heap as "[heap]")."""
+    out: Counter[str] = Counter()
+    name = "[anon]"
+    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
+        fields = line.split()
+        if fields and not fields[0].endswith(":"):          # a mapping's header: range perms offset dev inode [path]
+            name = fields[5] if len(fields) > 5 else "[anon]"
+        elif fields[:1] == ["Rss:"]:
+            out[name] += int(fields[1])
+    return out
+
+
+def grown_mappings(before: Counter[str], after: Counter[str], top: int = 6) -> dict[str, int]:
+    """The mappings whose resident size changed most, in KiB (+ grew, - shrank): what the
+    difference after unload is made of."""
+    change = {name: after[name] - before[name] for name in before.keys() | after.keys() if after[name] != before[name]}
+    return dict(sorted(change.items(), key=lambda kv: -abs(kv[1]))[:top])
+
+
 def _request(server: servers.Server) -> None:
     async def go() -> None:
         client = make_client(server)
@@ -123,13 +145,14 @@ def rss_idle(path: Path, threads: int, workdir: Path) -> dict:
         s = group.add(servers.llamaserve(path, workdir, threads=threads, name="llamaserve-idle",
                                          idle_unload=IDLE_UNLOAD_S))
         pid = s.proc.pid
-        before, anon_before = rss_bytes(pid), anon_bytes(pid)
+        before, anon_before, maps_before = rss_bytes(pid), anon_bytes(pid), rss_by_mapping(pid)
         _request(s)
         loaded = sum(rss_bytes(p) for p in [pid, *servers.descendant_pids(pid)])    # the model's worker too
         _wait_unloaded(s)
         time.sleep(0.5)
         out["llamaserve"] = {"before_load": before, "loaded": loaded, "after_idle_unload": rss_bytes(pid)}
         anon = {"before_load": anon_before, "after_idle_unload": anon_bytes(pid)}
+        grown = grown_mappings(maps_before, rss_by_mapping(pid))
         _request(s)                     # a second load and unload: what the first left is not a leak
         _wait_unloaded(s)
         time.sleep(0.5)
@@ -147,6 +170,7 @@ def rss_idle(path: Path, threads: int, workdir: Path) -> dict:
             "rss_bytes": out, "after_minus_before": ours["after_idle_unload"] - ours["before_load"],
             "anon_bytes": anon, "anon_after_minus_before": anon["after_idle_unload"] - anon["before_load"],
             "second_minus_first": ours["after_second_unload"] - ours["after_idle_unload"],
+            "changed_mappings_kib": grown,
             "ratio_after_idle": ours["after_idle_unload"] / out["llama-server"]["after_idle_unload"],
             "note": "llama-server loads at start (no 'before load'); --sleep-idle-seconds frees the model"}
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import plots
 from report_speculative import llama_speculative_rows, speculative_rows, speculative_targets
 
-from report_rows import Row
+from report_load import load_rows, rss_rows
+from report_rows import Row, case_result
 
 
 def _num(x: float | None, unit: str = "") -> str:
@@ -40,10 +41,6 @@ def table(rows: list[Row], better: str) -> list[str]:
     return out
 
 
-def _result(results: dict, case: str) -> dict | None:
-    return results["cases"].get(case, {}).get("result")
-
-
 def core_rows(core: dict) -> list[Row]:
     rows = []
     for label, rep in core.items():
@@ -60,7 +57,12 @@ def llm_rows(llm: dict) -> list[Row]:
         med = rep["medians"]
         name = label if "-" in label else f"{label}-f16"
         rows += [(f"generate 128, {name} (tok/s)", med["llamacore"], peer, med[peer], "")
-                 for peer in med if peer != "llamacore"]
+                 for peer in med if peer not in ("llamacore", "decode loop")]
+        if "decode loop" in med:        # the gap to llama-bench split: what a completion adds, the decode
+            rows += [(f"generate 128, {name}: completion / bare decode loop (tok/s)", med["llamacore"],
+                      "llamacore decode loop", med["decode loop"], ""),
+                     (f"decode loop 128, {name}: llamacore (tok/s)", med["decode loop"], "llama-bench",
+                      med["llama-bench"], "")]
         if "steps_per_s" in rep:        # less the prompt's decode, which llama-bench's tg does not have
             rows.append((f"generate 128, {name}: decode steps alone (1/s)", rep["steps_per_s"], "llama-bench",
                          med["llama-bench"], ""))
@@ -207,37 +209,8 @@ def lora_switch_rows(sw: dict) -> list[Row]:
     return rows
 
 
-def load_rows(results: dict) -> list[Row]:
-    rows = []
-    cold = _result(results, "cold_load")
-    if cold:
-        for what, label in (("load", "cold load (constructor)"), ("load_first_token", "cold load + first token")):
-            med = cold[what]["median_s"]
-            rows.append((label, med.get("llamacore"), "llama-cpp-python", med.get("llama-cpp-python"), "ms"))
-    switch = _result(results, "model_switch")
-    if switch:
-        peer = cold and cold["load_first_token"]["median_s"].get("llama-cpp-python")
-        rows.append(("model switch: TTFT, model not loaded", switch["median_s"]["switch"],
-                     "llama-cpp-python new Llama + first token" if peer else "-", peer, "ms"))
-        rows.append(("model switch: TTFT, model loaded", switch["median_s"]["no switch"], "-", None, "ms"))
-    return rows
-
-
-def rss_rows(rss: dict) -> list[Row]:
-    ours, peer = rss["rss_bytes"]["llamaserve"], rss["rss_bytes"]["llama-server"]
-    return [("RSS before first load", ours["before_load"], "llama-server (loads at start)", None, "MiB"),
-            ("RSS with the model loaded", ours["loaded"], "llama-server", peer["loaded"], "MiB"),
-            ("RSS after idle unload", ours["after_idle_unload"], "llama-server after --sleep-idle-seconds",
-             peer["after_idle_unload"], "MiB"),
-            ("RSS after idle unload minus before first load", rss["after_minus_before"], "-", None, "MiB"),
-            *([("RSS after idle unload minus before first load: anonymous memory (heap, stacks)",
-                rss["anon_after_minus_before"], "-", None, "MiB"),
-               ("RSS after a second load and idle unload minus after the first", rss["second_minus_first"], "-",
-                None, "MiB")] if "anon_after_minus_before" in rss else [])]
-
-
 def roofline_lines(results: dict) -> list[str]:
-    bw = _result(results, "bandwidth")
+    bw = case_result(results, "bandwidth")
     roof = results.get("roofline") or {}
     if not bw:
         return []
@@ -259,32 +232,32 @@ def roofline_lines(results: dict) -> list[str]:
 def headline(results: dict) -> list[Row]:
     """One or two rows per case: the figures a reader looks at first."""
     rows: list[Row] = []
-    core, llm, server = (_result(results, c) for c in ("core", "llm", "server"))
+    core, llm, server = (case_result(results, c) for c in ("core", "llm", "server"))
     if core:
         label = list(core)[-1]
         rows += [r for r in core_rows({label: core[label]})]
     if llm:
         rows += llm_rows({k: v for k, v in llm.items() if k == "mid"} or {k: v for k, v in llm.items() if k == list(llm)[-1]})
-    if att := _result(results, "attention"):
+    if att := case_result(results, "attention"):
         rows += attention_rows(att)[:1]
     if server:
         rows += [r for r in server_rows(server) if r[0].startswith("8 ")]
         rows += [r for r in lora_mix_rows(server) if r[0].startswith("mix4")]
     for case in ("mixed_lora", "mixed_lora_q4"):
-        if mixed := _result(results, case):
+        if mixed := case_result(results, case):
             rows += [(f"{Path(mixed['model']).stem}, {r[0]}", *r[1:]) for r in mixed_lora_rows(mixed)
                      if "mix4, 8" in r[0] and "tok/s)" in r[0]]
-    if pre := _result(results, "shared_prefix"):
+    if pre := case_result(results, "shared_prefix"):
         rows += prefix_rows(pre)
-    if sw := _result(results, "lora_switch"):
+    if sw := case_result(results, "lora_switch"):
         rows += lora_switch_rows(sw)[1:2] + lora_switch_rows(sw)[-1:]
-    if vis := _result(results, "vision"):
+    if vis := case_result(results, "vision"):
         rows += vision_rows(vis)[:1]
-    if spec := _result(results, "speculative"):
+    if spec := case_result(results, "speculative"):
         rows += [r for r in speculative_rows(spec) if r[0] in ("rewrite prompt, copy model: prompt lookup (tok/s)",
                                                                "rewrite prompt, sibling pair: draft model (tok/s)")]
     rows += [r for r in load_rows(results) if r[0] in ("cold load + first token", "model switch: TTFT, model not loaded")]
-    if rss := _result(results, "rss_idle"):
+    if rss := case_result(results, "rss_idle"):
         rows += rss_rows(rss)[2:4]
     return rows
 
@@ -337,7 +310,7 @@ def write(results: dict, json_path: Path) -> Path:
         ("rss_idle", "Server memory (RSS) before load, loaded, after idle unload", rss_rows, "lower"),
     ]
     for case, title, rows, better in sections:
-        if res := _result(results, case):
+        if res := case_result(results, case):
             lines += [f"## {title}", "", *table(rows(res), better), ""]
             if case == "speculative":
                 lines += speculative_targets(res)
