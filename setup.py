@@ -132,6 +132,10 @@ def link_args(build: Path) -> list[str]:
     if "libggml-cuda.a" in names:
         cuda_lib = cmake_cache_value(build, "CUDAToolkit_LIBRARY_DIR") or "/usr/local/cuda/lib64"
         args += [f"-L{cuda_lib}", f"-Wl,-rpath,{cuda_lib}", "-lcudart", "-lcublas", "-lcublasLt", "-lcuda"]
+        # llama.cpp's CUDA backend uses NCCL (multi-GPU all-reduce) when its CMake found it
+        nccl = cmake_cache_value(build, "NCCL_LIBRARY") or ""
+        if cmake_cache_value(build, "GGML_CUDA_NCCL") in ("ON", "TRUE", "1") and Path(nccl).is_file():
+            args += [nccl, f"-Wl,-rpath,{Path(nccl).parent}"]
     if "libggml-vulkan.a" in names:
         args += ["-lvulkan"]
     if "libggml-blas.a" in names:
