@@ -303,6 +303,9 @@ def main(argv: list[str] | None = None) -> int:
     if "llama-cpp-python" not in results["versions"]:
         results["notes"].append("llama-cpp-python is not installed: its columns are skipped")
     prepare(m, cases)
+    # rss_idle first: the cases run in this process page in llama.cpp's code here too, and a code page
+    # that two processes map is one the server's release_code_pages cannot hand back after an unload
+    cases.sort(key=lambda name: name != "rss_idle")
     workdir = Path(tempfile.mkdtemp(prefix="benchmarks."))
     for name in cases:
         print(f"\n=== {name}: {CASES[name][0]} ===", flush=True)
