@@ -22,8 +22,8 @@ def _num(x: float | None, unit: str = "") -> str:
         return "n/a"
     if unit == "ms":
         return f"{x * 1000:.1f} ms"
-    if unit == "MiB":
-        return f"{x / 2**20:.0f} MiB"
+    if unit == "MiB":       # a tenth where it matters: differences of a few MiB
+        return f"{x / 2**20:.1f} MiB" if abs(x) < 100 * 2**20 else f"{x / 2**20:.0f} MiB"
     if unit == "x":
         return f"{x:.2f}x"
     return f"{x:.1f}" + (f" {unit}" if unit else "")
