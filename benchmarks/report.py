@@ -237,7 +237,8 @@ def headline(results: dict) -> list[Row]:
         label = list(core)[-1]
         rows += [r for r in core_rows({label: core[label]})]
     if llm:
-        rows += llm_rows({k: v for k, v in llm.items() if k == "mid"} or {k: v for k, v in llm.items() if k == list(llm)[-1]})
+        mid = {k: v for k, v in llm.items() if k == "mid"} or {k: v for k, v in llm.items() if k == list(llm)[-1]}
+        rows += [r for r in llm_rows(mid) if "decode loop" not in r[0]]     # the split stays in its section
     if att := case_result(results, "attention"):
         rows += attention_rows(att)[:1]
     if server:
