@@ -26,6 +26,7 @@ import random
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from bench_core import Settings, gen, run_peer
@@ -53,49 +54,49 @@ def prompt_seconds(llm: Llama, runs: int) -> float:
     return statistics.median(times)
 
 
+def after_warmup(runs: int, run: Callable[[], float]) -> list[float]:
+    """The tokens/s of `runs` calls of `run`, after one warmup call."""
+    return [run() for _ in range(runs + 1)][1:]
+
+
+def _all_generated(n: int) -> int:
+    if n != N_GEN:
+        raise RuntimeError(f"generated {n} tokens instead of {N_GEN} (EOS sampled)")
+    return n
+
+
 def timed_runs(llm, runs: int, **kw) -> list[float]:
-    """Tokens/s of `runs` completions of N_GEN tokens (after one warmup)."""
-    out = []
-    for i in range(runs + 1):
+    """Tokens/s of `runs` completions of N_GEN tokens, each from an empty cache."""
+    def one() -> float:
         llm.reset()
         start = time.perf_counter()
         result = llm.create_completion(PROMPT, max_tokens=N_GEN, temperature=0, **kw)
-        elapsed = time.perf_counter() - start
-        n = result["usage"]["completion_tokens"]
-        if n != N_GEN:
-            raise RuntimeError(f"generated {n} tokens instead of {N_GEN} (EOS sampled)")
-        if i:
-            out.append(n / elapsed)
-    return out
+        return _all_generated(result["usage"]["completion_tokens"]) / (time.perf_counter() - start)
+    return after_warmup(runs, one)
 
 
 def decode_loop_runs(llm: Llama, runs: int) -> list[float]:
-    """Tokens/s of `runs` bare decode loops of N_GEN random tokens on `llm`'s context (after one
-    warmup); the cache is cleared before and after each, so the next completion starts empty."""
+    """Tokens/s of `runs` bare decode loops of N_GEN random tokens on `llm`'s context; the cache is
+    cleared before and after each, so the next completion starts empty."""
     rng = random.Random(0)
-    out = []
-    for i in range(runs + 1):
+
+    def one() -> float:
         tokens = [rng.randrange(llm.model.n_vocab) for _ in range(N_GEN)]
         llm.reset()
         start = time.perf_counter()
         gen(llm.ctx, tokens)
         elapsed = time.perf_counter() - start
         llm.reset()
-        if i:
-            out.append(N_GEN / elapsed)
-    return out
+        return N_GEN / elapsed
+    return after_warmup(runs, one)
 
 
 def child_runs(side: Side, runs: int) -> list[float]:
     """timed_runs for llama-cpp-python in a child process (each run resets its cache first)."""
-    out = []
-    for i in range(runs + 1):
+    def one() -> float:
         got = side.complete(PROMPT, N_GEN, reset=True)
-        if got["n"] != N_GEN:
-            raise RuntimeError(f"generated {got['n']} tokens instead of {N_GEN} (EOS sampled)")
-        if i:
-            out.append(got["n"] / got["wall_s"])
-    return out
+        return _all_generated(got["n"]) / got["wall_s"]
+    return after_warmup(runs, one)
 
 
 def bench_model(label: str, threads: int, reps: int, runs: int, lcp_env: dict[str, str] | None) -> dict:

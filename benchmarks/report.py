@@ -51,14 +51,16 @@ def core_rows(core: dict) -> list[Row]:
     return rows
 
 
-def llm_rows(llm: dict) -> list[Row]:
+def llm_rows(llm: dict, split: bool = True) -> list[Row]:
+    """Each model's completion against its peers; with `split`, also the gap to llama-bench split
+    into what a completion adds and the binding's decode (its "decode loop" side)."""
     rows = []
     for label, rep in llm.items():
         med = rep["medians"]
         name = label if "-" in label else f"{label}-f16"
         rows += [(f"generate 128, {name} (tok/s)", med["llamacore"], peer, med[peer], "")
                  for peer in med if peer not in ("llamacore", "decode loop")]
-        if "decode loop" in med:        # the gap to llama-bench split: what a completion adds, the decode
+        if split and "decode loop" in med:
             rows += [(f"generate 128, {name}: completion / bare decode loop (tok/s)", med["llamacore"],
                       "llamacore decode loop", med["decode loop"], ""),
                      (f"decode loop 128, {name}: llamacore (tok/s)", med["decode loop"], "llama-bench",
@@ -238,7 +240,7 @@ def headline(results: dict) -> list[Row]:
         rows += [r for r in core_rows({label: core[label]})]
     if llm:
         mid = {k: v for k, v in llm.items() if k == "mid"} or {k: v for k, v in llm.items() if k == list(llm)[-1]}
-        rows += [r for r in llm_rows(mid) if "decode loop" not in r[0]]     # the split stays in its section
+        rows += llm_rows(mid, split=False)
     if att := case_result(results, "attention"):
         rows += attention_rows(att)[:1]
     if server:
