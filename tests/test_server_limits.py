@@ -31,6 +31,8 @@ def limited(tmp_path_factory, tiny_model_path, tiny_model_f16_path, lora_a_path)
         "models": [
             {"alias": "m32", "model": str(tiny_model_path)},
             {"alias": "m32-lora", "model": str(tiny_model_path), "lora_adapters": {str(lora_a_path): 1.0}},
+            # room for a generation long enough that no client hang-up can come after its end
+            {"alias": "m32-long", "model": str(tiny_model_path), "n_ctx": 2048},
             {"alias": "m16", "model": str(tiny_model_f16_path), "idle_unload": 1},
             {"alias": "broken", "model": str(broken)},
         ],
@@ -179,18 +181,20 @@ def test_queue_full_stream_is_a_503_before_the_stream_starts(limited):
 
 
 def test_disconnect_mid_stream_frees_the_sequence(limited):
-    body = {"model": "m32", "prompt": "Once", "max_tokens": 120, "temperature": 0, "ignore_eos": True,
+    # 2,000 tokens: with 120 (all that m32's 128-token context holds), one loaded CI run generated
+    # them all before the hang-up below reached the server, so nothing was cancelled
+    body = {"model": "m32-long", "prompt": "Once", "max_tokens": 2000, "temperature": 0, "ignore_eos": True,
             "stream": True}
     with httpx.stream("POST", limited.base_url + "/v1/completions", json=body, headers=limited.headers(),
                       timeout=60) as r:
         lines = r.iter_lines()
         first = [next(lines) for _ in range(4)]
         assert any(line.startswith("data: {") for line in first)
-        assert limited.admin_state("m32")["active_sequences"] == 1
+        assert limited.admin_state("m32-long")["active_sequences"] == 1
     deadline = time.monotonic() + 10
-    while limited.admin_state("m32")["active_sequences"] and time.monotonic() < deadline:
+    while limited.admin_state("m32-long")["active_sequences"] and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert limited.admin_state("m32")["active_sequences"] == 0
+    assert limited.admin_state("m32-long")["active_sequences"] == 0
     assert "llamaserve_cancelled_requests_total 1.0" in limited.get("/metrics").text
 
 
