@@ -65,9 +65,6 @@ def llm_rows(llm: dict, split: bool = True) -> list[Row]:
                       "llamacore decode loop", med["decode loop"], ""),
                      (f"decode loop 128, {name}: llamacore (tok/s)", med["decode loop"], "llama-bench",
                       med["llama-bench"], "")]
-        if "steps_per_s" in rep:        # less the prompt's decode, which llama-bench's tg does not have
-            rows.append((f"generate 128, {name}: decode steps alone (1/s)", rep["steps_per_s"], "llama-bench",
-                         med["llama-bench"], ""))
     return rows
 
 

@@ -65,9 +65,9 @@ MODES = {
               "rpc_args": ["--reps", "1"], "vision_args": ["--reps", "3"],
               "spec_model": "small", "spec_args": ["--reps", "1", "--n-gen", "96", "--retries", "0"]},
     "full": {"core_models": [f"{s}-{d}" for s in ("small", "mid") for d in ("f16", "q8_0", "q4_0")],
-             "core_reps": 5, "core_runs": 5, "idle_wait": 30,     # 5 rounds: targets within 2%, noisy machines
+             "core_reps": 9, "core_runs": 5, "idle_wait": 30,     # 9 rounds: targets within 2%, noisy machines
              "llm_models": "tiny,small,mid,tiny-q4_0,small-q4_0,mid-q4_0", "attention_models": "small-f16,mid-q4_0",
-             "llm_reps": 5, "llm_runs": 3, "switch_model": "small", "switch_reps": 10,
+             "llm_reps": 7, "llm_runs": 3, "switch_model": "small", "switch_reps": 10,
              "load_model": "mid", "load_reps": 5, "server_model": "small",
              "server_args": ["--clients", "1,4,8,16", "--reps", "7"],
              "mixed_args": ["--ranks", "8,64", "--adapters", "1,2,4,8", "--clients", "8,16", "--reps", "12"],
