@@ -72,10 +72,10 @@ from pathlib import Path
 import httpx
 import machine
 import servers
-from bench_core import llama_bench_json
 from models import SPECS, ensure_model  # also puts the checkout on sys.path
-from peer_tools import cpu_busy, ensure_tool, repack_args
+from peer_tools import cpu_busy, ensure_tool
 from server_rounds import CpuMeter
+from speculative_cost import draft_bound, draft_cost, verify_cost
 from speculative_models import copy_model, draft_model, sibling_pair
 from speculative_summary import MODES, percent, ratios, show, summarize, targets
 
@@ -233,17 +233,6 @@ def _print(r: dict) -> None:
           f"{r['cpu']['other_frac']:.0%}{note}", flush=True)
 
 
-def draft_cost(target: Path, draft: Path, threads: int, idle_wait: float) -> dict:
-    """Generation tokens/s of target and draft alone (llama-bench tg32, mean of 3 runs) and their ratio."""
-    out = {}
-    for key, path in (("target_tok_s", target), ("draft_tok_s", draft)):
-        wait_idle(idle_wait)
-        out[key] = llama_bench_json([str(ensure_tool("llama-bench")), "-m", str(path), "-p", "0", "-n", "32", "-r", "3",
-                                     "-t", str(threads), "-o", "json", *repack_args(path)])[0]["avg_ts"]
-    out["ratio"] = out["target_tok_s"] / out["draft_tok_s"]
-    return out
-
-
 def main(argv: list[str] | None = None) -> dict:
     import json
 
@@ -295,16 +284,30 @@ def main(argv: list[str] | None = None) -> dict:
                                       "differ from plain llamaserve's on: " + ", ".join(different) +
                                       " (random weights leave near-ties between the top two logits, which "
                                       "the different batch shapes of verification can flip)"))
-    cost = draft_cost(target, draft, args.threads, args.idle_wait)
+    cost = draft_cost(target, draft, args.threads, lambda: wait_idle(args.idle_wait))
     notes.append(f"draft cost: llama-bench tg32 {cost['target_tok_s']:.1f} tok/s for the target, "
                  f"{cost['draft_tok_s']:.1f} for its quantized draft ({draft.name}): a draft token costs "
                  f"{cost['ratio']:.2f} of a target token, so drafting cannot pay there and must back off")
-    sibling_cost = draft_cost(sibling, sibling_draft, args.threads, args.idle_wait)
+    sibling_cost = draft_cost(sibling, sibling_draft, args.threads, lambda: wait_idle(args.idle_wait))
     notes.append(f"sibling pair: llama-bench tg32 {sibling_cost['target_tok_s']:.1f} tok/s for the target, "
                  f"{sibling_cost['draft_tok_s']:.1f} for the draft ({sibling_draft.name}): a draft token costs "
                  f"{sibling_cost['ratio']:.2f} of a target token")
+    verify = verify_cost(sibling, args.threads)
+    notes.append(f"verify cost (the sibling target, in one process, {verify['rounds']} rounds): a batch of k rows "
+                 f"with logits after {verify['depth']} tokens costs " + ", ".join(
+                     f"{v:.2f}" for v in verify["v"].values()) + f" of one row for k = 1..{len(verify['v'])} "
+                 f"({verify['ms'][1]:.2f} ms for one)")
+    for workload in ("rewrite", "story"):
+        alpha = acc.get(f"sibling/{workload}", {}).get("llamaserve-draft")
+        if alpha is not None:
+            gain, n = draft_bound(alpha, sibling_cost["ratio"], verify["v"])
+            notes.append(f"draft bound, sibling/{workload}: at acceptance {percent(alpha)} and a draft token's "
+                         f"cost {sibling_cost['ratio']:.2f}, drafting gains at most {gain:.2f}x"
+                         + (f" (drafting {n} a step)" if n else " (any draft length loses)")
+                         + ", if each draft token is accepted independently (speculative_cost.py)")
     report = {"model": str(target), "copy_model": str(copy), "draft_model": str(draft), "draft_cost": cost,
               "sibling_model": str(sibling), "sibling_draft": str(sibling_draft), "sibling_draft_cost": sibling_cost,
+              "verify_cost": verify,
               "settings": {"threads": args.threads, "reps": args.reps, "n_gen": args.n_gen, "n_draft": N_DRAFT,
                            "ngram_size": NGRAM_SIZE, "p_min": P_MIN, "n_ctx": N_CTX, "change_every": CHANGE_EVERY,
                            "llama_server_flags": flags},
