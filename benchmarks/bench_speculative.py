@@ -49,6 +49,10 @@ llamacore leaves the AMX buffers off for quantized models on AMX CPUs and the pe
 q5_0 (``llama-quantize --pure``: no AMX kernel for it), with a note. Both servers get the same
 draft file.
 
+Costs (speculative_cost.py): a draft token's against a target token's (llama-bench tg32 of each), and
+a k-row verify batch's against a one-row decode on the sibling target, v(k), measured in one process;
+with the measured acceptance they bound what drafting can gain (reported as notes).
+
 Targets (issue; reported, never asserted): rewrite prompt, prompt lookup >= 1.8x the tokens/s of
 plain decoding (copy model), a draft model >= 1.5x (sibling pair); never below 0.95x where drafting
 cannot pay (a non-repetitive prompt, a text the model does not copy, an expensive draft).
