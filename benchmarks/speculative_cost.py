@@ -16,8 +16,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bench_core import llama_bench_json
-import models  # noqa: F401  (puts the checkout on sys.path, for llamacore)
+from bench_core import llama_bench_json  # its `models` import puts the checkout on sys.path
 from peer_tools import ensure_tool, repack_args
 
 from llamacore import Batch, Context, Model
@@ -68,15 +67,16 @@ def verify_cost(target: Path, threads: int, rows: int = 5, rounds: int = 60) -> 
         for k in sizes[r % rows:] + sizes[:r % rows]:
             times[k].append(seconds(k))
     one = times[1]
-    return {"rows": sizes, "rounds": rounds, "depth": DEPTH,
+    return {"rounds": rounds, "depth": DEPTH,
             "ms": {k: 1e3 * statistics.median(t) for k, t in times.items()},
             "v": {k: statistics.median(a / b for a, b in zip(t, one)) for k, t in times.items()}}
 
 
-def draft_bound(acceptance: float, draft: float, v: dict[int, float]) -> tuple[float, int]:
-    """The most drafting gains over plain decoding, max over n of E(n) / (n*c + v(n+1)), and that n."""
+def draft_bound(acceptance: float, token_cost: float, v: dict[int, float]) -> tuple[float, int]:
+    """The most drafting gains over plain decoding, max over n of E(n) / (n*c + v(n+1)) with c =
+    `token_cost` (a draft token's cost in target tokens), and that n (0: every n loses)."""
     best = (1.0, 0)
     for n in range(1, len(v)):
         tokens = (1 - acceptance ** (n + 1)) / (1 - acceptance) if acceptance < 1 else n + 1.0
-        best = max(best, (tokens / (n * draft + v[n + 1]), n))
+        best = max(best, (tokens / (n * token_cost + v[n + 1]), n))
     return best
