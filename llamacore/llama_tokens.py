@@ -214,6 +214,8 @@ class TokenLevel:
         scores = self.scores if self.logits_all else None
         # no drafts with per-token hooks on the logits, or for image prompts (their rows are no token ids)
         drafter = self._drafter if logits_processor is None and scores is None and not images_of(tokens) else None
+        if drafter is not None:
+            self._pacing.begin()
 
         def stops(token: int) -> bool:
             return (not ignore_eos and model.is_eog(token)) or len(self._cached) >= n_ctx

@@ -41,7 +41,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from llamacore.draft_pacing import DraftPacing
+from llamacore.draft_pacing import DraftPacing, DraftYardstick
 from llamacore.events import EngineEvent, Failed, Finished, FinishReason, Token
 from llamacore.multimodal import image_boundary
 from llamacore.prefix import AdapterKey, common_prefix, reusable_prefix
@@ -138,6 +138,8 @@ class Scheduler:
         self.accepted = 0
         self.verified = 0                # decode steps that verified a draft
         self._step_started = 0.0         # when the step being decoded was planned (drafting included)
+        self.yardstick = DraftYardstick()    # plain steps' speed and drafting's rests, across requests
+        self._after_prompt = True        # the last step decoded a prompt (the next one plans its graph anew)
 
     @property
     def running(self) -> list[Slot]:
@@ -201,7 +203,7 @@ class Scheduler:
             if source is not None:
                 slot.cached = list(req.tokens[:shared])
             slot.adapters, slot.req, slot.generated = req.adapters, req, 0
-            slot.pacing = DraftPacing(most=self.drafter.n_draft if self.drafter else 0)
+            slot.pacing = DraftPacing(most=self.drafter.n_draft if self.drafter else 0, yardstick=self.yardstick)
             slot.ngrams = self.drafter.index(slot.seq) if self.drafter else None
             slot.pending = list(req.tokens[len(slot.cached):])
             slot.state = SlotState.PREFILLING
@@ -310,8 +312,10 @@ class Scheduler:
         executor removes the positions of rejected drafts."""
         events: Emitted = []
         # a step's speed tells each sequence whether its drafts pay (llamacore.draft_pacing); a step
-        # that also decodes a prompt says nothing about that
-        paced = self.drafter is not None and all(len(r.tokens) == 1 + r.n_draft for r in plan.rows)
+        # that also decodes a prompt says nothing about that, nor does the next (its graph is planned anew)
+        generating = all(len(r.tokens) == 1 + r.n_draft for r in plan.rows)
+        paced = self.drafter is not None and generating and not self._after_prompt
+        self._after_prompt = not generating
         seconds = time.perf_counter() - self._step_started
         for row, result in zip(plan.sample, sampled):
             slot, req = row.slot, row.slot.req
@@ -340,8 +344,10 @@ class Scheduler:
                 self.drafted += len(draft)
                 self.verified += 1
                 self.accepted += accepted
-            if paced:
+            if paced and draft:
                 slot.pacing.record(1 + accepted, len(draft), accepted, seconds)
+        if paced and any(not r.draft for r in plan.sample):
+            self.yardstick.add_plain(1, seconds)      # once per step: each plain sequence got one token
         return events
 
     def _follow(self, slot: Slot) -> None:

@@ -1,13 +1,21 @@
 """Draft pacing (llamacore.draft_pacing): draft lengths that follow what was kept and what pays,
-and rests where drafting is slower than plain steps. Fed synthetic step timings: no model."""
+rests where drafting is slower than plain steps, and a per-model yardstick that outlives requests.
+Fed synthetic step timings: no model."""
 
-from llamacore.draft_pacing import DraftPacing
+from llamacore.draft_pacing import DraftPacing, DraftYardstick
+
+
+def plain_steps(pacing: DraftPacing, n: int, seconds: float = 0.010) -> None:
+    for _ in range(n):
+        pacing.record(1, 0, 0, seconds)
 
 
 def test_pacing_follows_what_was_kept_and_rests_after_refused_drafts():
-    pacing = DraftPacing(most=8, patience=2, rest_min=3)
-    assert not pacing.may_draft()                   # a plain step first: the yardstick
-    pacing.record(1, 0, 0, 0.010)
+    pacing = DraftPacing(most=8, patience=2, yardstick=DraftYardstick(rest_min=3, warmup=2))
+    assert not pacing.may_draft()                   # plain steps first: the yardstick
+    plain_steps(pacing, 2)                          # the first follows the prompt: not timed
+    assert pacing.yardstick.plain_steps == 1 and not pacing.may_draft()
+    plain_steps(pacing, 1)
     assert pacing.may_draft()
     pacing.record(3, 2, 2, 0.012)                   # all kept: drafts get longer
     pacing.record(5, 4, 4, 0.013)
@@ -25,8 +33,8 @@ def test_pacing_rests_where_drafts_cost_more_than_they_keep():
     """A draft that is often right but costs nearly a target step (the target itself, say) is
     slower than plain decoding: the pacing rests, longer each time in a row, and starts short
     again once drafting pays."""
-    pacing = DraftPacing(most=4, trial=2, rest_min=4, rest_max=64)
-    pacing.record(1, 0, 0, 0.010)                   # plain: 100 tokens/s
+    pacing = DraftPacing(most=4, trial=2, yardstick=DraftYardstick(rest_min=4, rest_max=64, warmup=1))
+    plain_steps(pacing, 2)                          # plain: 100 tokens/s
     rests = []
     for _ in range(3):
         assert pacing.may_draft()
@@ -44,14 +52,14 @@ def test_pacing_rests_where_drafts_cost_more_than_they_keep():
         else:
             pacing.record(1, 0, 0, 0.010)
             drafted.append(False)
-    assert all(drafted[-20:]) and pacing.next_rest == 4
+    assert all(drafted[-20:]) and pacing.yardstick.next_rest == 4
 
 
 def test_pacing_keeps_the_draft_length_that_gives_the_most_tokens_per_second():
     """Steps of 1 + n rows need not cost in proportion to n: the length is held where the measured
     tokens/s peak, one longer being tried."""
-    pacing = DraftPacing(most=8, trial=100)
-    pacing.record(1, 0, 0, 0.010)
+    pacing = DraftPacing(most=8, trial=100, yardstick=DraftYardstick(warmup=1))
+    plain_steps(pacing, 2)
     pacing.record(1, 2, 0, 0.030)                   # catching up (nothing kept: length 1)
     cost = {1: 0.012, 2: 0.013, 3: 0.014, 4: 0.030}     # seconds of a step by drafted tokens
     lengths = []
@@ -60,3 +68,34 @@ def test_pacing_keeps_the_draft_length_that_gives_the_most_tokens_per_second():
         lengths.append(n)
         pacing.record(n + 1, n, n, cost[min(n, 4)])    # every draft kept
     assert lengths[:4] == [1, 2, 3, 4] and set(lengths[4:]) == {3}
+
+
+def test_a_new_request_draws_on_what_the_models_earlier_requests_learnt():
+    """The yardstick outlives a request: the next one's pacing drafts at once, without plain steps
+    of its own, and where drafting did not pay it goes on resting where the last request stopped,
+    instead of paying for another trial."""
+    yardstick = DraftYardstick(rest_min=8, warmup=3)
+    first = DraftPacing(most=4, trial=2, yardstick=yardstick)
+    plain_steps(first, 4)
+    assert yardstick.ready and first.may_draft()
+    second = DraftPacing(most=4, yardstick=yardstick)
+    assert second.may_draft()                       # no plain steps of its own needed
+    for _ in range(3):                              # the first request's drafts lose: a rest of 8
+        first.record(2, 2, 1, 0.030)
+    assert first.resting == 8
+    plain_steps(first, 3)                           # 3 of them pass, then the request ends
+    third = DraftPacing(most=4, trial=2, yardstick=yardstick)
+    assert [third.may_draft() for _ in range(6)] == [False] * 5 + [True]
+    for _ in range(3):                              # its own trial loses too: the next rest is longer
+        third.record(2, 2, 1, 0.030)
+    assert third.resting == 32 and DraftPacing(yardstick=yardstick).resting == 32
+
+
+def test_a_plain_step_after_a_prompt_does_not_time_the_yardstick():
+    """The first step after a prompt plans the compute graph anew: slow, and not what plain steps cost."""
+    pacing = DraftPacing(yardstick=DraftYardstick(warmup=1))
+    pacing.record(1, 0, 0, 0.100)
+    plain_steps(pacing, 3)
+    pacing.begin()                                  # a new prompt (Llama: the next call)
+    pacing.record(1, 0, 0, 0.100)
+    assert pacing.yardstick.plain_steps == 3 and round(pacing.plain_rate) == 100

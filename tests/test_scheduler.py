@@ -322,6 +322,12 @@ def test_no_sharing_without_the_option():
     assert len(admitted) == 3 and all(a.source is None for a in admitted)
 
 
+def time_plain_steps(sched: Scheduler) -> None:
+    """As after the model's first plain steps: drafting starts once they are timed."""
+    while not sched.yardstick.ready:
+        sched.yardstick.add_plain(1, 0.010)
+
+
 def test_drafts_ride_with_the_next_token_and_only_accepted_ones_stay():
     from llamaserve.speculative import PromptLookup
 
@@ -329,7 +335,7 @@ def test_drafts_ride_with_the_next_token_and_only_accepted_ones_stay():
     sched.add(log.request("r", [1, 5, 6, 7, 8, 9, 10, 11, 5, 6], max_tokens=20))
     sched.admit()
     sched.slots[0].pacing.length = 4                # as after accepted drafts
-    sched.slots[0].pacing.plain_rate = 100.0        # as after a plain step (drafting starts after one)
+    time_plain_steps(sched)
     # the prompt ends with "5 6", which occurred before followed by 7 8 9 10
     step(sched, log, token=7)                       # prefill, samples 7; context ... 5 6 | 7
     plan = sched.schedule()
@@ -352,7 +358,7 @@ def test_drafts_never_pass_max_tokens_nor_take_budget_from_prompts():
     sched, log = Scheduler(2, n_batch=8, n_ctx_seq=256, drafter=PromptLookup(n_draft=8, ngram=2)), Log()
     sched.add(log.request("g", [1, 2, 3, 1, 2], max_tokens=3))
     step(sched, log, token=3)                       # generated 1; 2 more allowed
-    sched.slots[0].pacing.plain_rate = 100.0        # as after a plain step (drafting starts after one)
+    time_plain_steps(sched)
     sched.add(log.request("p", list(range(40, 46)), max_tokens=1))
     sched.admit()
     plan = sched.schedule()
@@ -387,7 +393,31 @@ def test_a_failing_drafter_costs_the_request_nothing_but_its_drafts(caplog):
     sched, log = Scheduler(1, n_batch=64, n_ctx_seq=256, drafter=Broken()), Log()
     sched.add(log.request("r", [1, 2, 3], max_tokens=6))
     step(sched, log)
-    sched.slots[0].pacing.plain_rate = 100.0        # as after a plain step: the next step drafts
+    time_plain_steps(sched)                         # the next step drafts
     run(sched, log)
     assert log.tokens.count("r") == 6 and sched.drafted == 0
     assert "drafting failed" in caplog.text and sched.slots[0].ngrams is None
+
+
+def test_plain_steps_time_one_yardstick_per_model_that_later_requests_share():
+    """Plain steps are timed once per step (not once per sequence), never the step after a prompt,
+    and a later request's pacing shares what earlier ones timed and the rest they started."""
+    from llamaserve.speculative import PromptLookup
+
+    sched, log = Scheduler(2, n_batch=64, n_ctx_seq=256, drafter=PromptLookup(n_draft=4, ngram=3)), Log()
+    sched.add(log.request("a", [1, 2, 3], max_tokens=6))
+    sched.add(log.request("b", [4, 5, 6], max_tokens=6))
+    step(sched, log, token=9)                       # both prompts
+    step(sched, log, token=9)                       # the step after them: not timed
+    assert sched.yardstick.plain_steps == 0
+    for i in range(3):
+        for slot in sched.slots:                    # resting: these steps are plain
+            slot.pacing.resting = 10
+        step(sched, log, token=10 + i)
+    assert sched.yardstick.plain_steps == 3         # three steps of two sequences each
+    sched.yardstick.start_rest()                    # as after a judgement that drafting lost
+    run(sched, log)
+    sched.add(log.request("c", [7, 8], max_tokens=2))
+    sched.admit()
+    (slot,) = [s for s in sched.slots if s.req is not None]
+    assert slot.pacing.yardstick is sched.yardstick and slot.pacing.resting == sched.yardstick.rest_left() > 0
