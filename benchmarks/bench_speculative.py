@@ -11,7 +11,9 @@ draft-simple --spec-draft-n-max 8 --spec-draft-n-min 0 --spec-draft-p-min 0.0`` 
 --n-gen, temperature 0, ``ignore_eos`` (every answer has the same length). Generation tokens/s per
 request = (predicted_n - 1) / predicted_ms of the server's own llama.cpp-style ``timings`` (the first
 token comes from the prompt's batch, so both servers are counted the same way). Each rep sends every
-workload to every side, the side order rotating; medians over reps. A request during which other
+workload to every side, the side order rotating; tokens/s are medians over reps, and each ratio
+(a mode over plain, ours over llama-server) is the median over reps of the two sides' ratio in that
+rep, which cancels this machine's slow drifts (speculative_summary.paired). A request during which other
 processes took more than --noise of the CPUs is rerun (--retries). Greedy answers must not depend on
 speculation: every side's tokens are compared with the plain llamaserve answer of the same workload.
 

@@ -25,6 +25,7 @@ def summarize(rounds: list[dict]) -> dict:
             by_side[side] = {
                 "reps": len(rs), "tok_s": statistics.median(r["tok_s"] for r in rs),
                 "tok_s_all": [round(r["tok_s"], 2) for r in rs], "tokens": rs[0]["n"],
+                "tok_s_by_rep": {r["rep"]: r["tok_s"] for r in rs},
                 "drafted_per_request": drafted / len(rs), "acceptance": accepted / drafted if drafted else None,
                 "same_tokens_as_plain": all(r["tokens"] == reference for r in rs),
                 "first_difference": min((i for i in firsts if i is not None), default=None),
@@ -32,21 +33,28 @@ def summarize(rounds: list[dict]) -> dict:
     return out
 
 
+def paired(a: dict | None, b: dict | None) -> float | None:
+    """The median over reps of side a's tokens/s over side b's in the same rep. A rep runs every side
+    within seconds, so this cancels the slower drifts of a shared machine, which the ratio of the
+    two sides' medians does not (measured on a 2-CPU VM: one side's requests ranged 99-132 tok/s
+    over a run, while per-rep ratios of two sides that drafted almost nothing stayed within 1.00-1.04)."""
+    if a is None or b is None:
+        return None
+    reps = [rep for rep in a["tok_s_by_rep"] if rep in b["tok_s_by_rep"] and b["tok_s_by_rep"][rep]]
+    return statistics.median(a["tok_s_by_rep"][rep] / b["tok_s_by_rep"][rep] for rep in reps) if reps else None
+
+
 def ratios(summary: dict) -> dict[str, float | None]:
-    """"group/workload: SERVER mode/plain" and "group/workload: mode ours/llama-server"."""
+    """"group/workload: SERVER mode/plain" and "group/workload: mode ours/llama-server", paired by rep."""
     out: dict[str, float | None] = {}
     for key, by in summary.items():
-        def tok(side: str) -> float | None:
-            return by[side]["tok_s"] if side in by else None
         for server in SERVERS:
             for mode in ("ngram", "draft"):
-                a, b = tok(f"{server}-{mode}"), tok(f"{server}-plain")
-                if a is not None or f"llamaserve-{mode}" in by:
-                    out[f"{key}: {server} {mode}/plain"] = a / b if a and b else None
+                if f"{server}-{mode}" in by or f"llamaserve-{mode}" in by:
+                    out[f"{key}: {server} {mode}/plain"] = paired(by.get(f"{server}-{mode}"), by.get(f"{server}-plain"))
         for mode in MODES:
-            a, b = tok(f"llamaserve-{mode}"), tok(f"llama-server-{mode}")
-            if a is not None:
-                out[f"{key}: {mode} ours/llama-server"] = a / b if a and b else None
+            if f"llamaserve-{mode}" in by:
+                out[f"{key}: {mode} ours/llama-server"] = paired(by[f"llamaserve-{mode}"], by.get(f"llama-server-{mode}"))
     return out
 
 
