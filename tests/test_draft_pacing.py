@@ -10,22 +10,22 @@ def plain_steps(pacing: DraftPacing, n: int, seconds: float = 0.010) -> None:
         pacing.record(1, 0, 0, seconds)
 
 
-def test_pacing_follows_what_was_kept_and_rests_after_refused_drafts():
+def test_drafts_lengthen_while_kept_and_rest_after_refused_drafts():
     pacing = DraftPacing(most=8, patience=2, yardstick=DraftYardstick(rest_min=3, warmup=2))
     assert not pacing.may_draft()                   # plain steps first: the yardstick
     plain_steps(pacing, 2)                          # the first follows the prompt: not timed
     assert pacing.yardstick.plain_steps == 1 and not pacing.may_draft()
     plain_steps(pacing, 1)
-    assert pacing.may_draft()
-    pacing.record(3, 2, 2, 0.012)                   # all kept: drafts get longer
-    pacing.record(5, 4, 4, 0.013)
-    assert pacing.length == 8
-    pacing.record(4, 8, 3, 0.015)                   # some kept: as long as what was kept, +1
-    assert pacing.length == 4
+    assert pacing.may_draft() and pacing.limit() == 2
+    pacing.record(3, 2, 2, 0.050)                   # all kept (the drafter caught up: not timed)
+    assert pacing.limit() == 2 and pacing.yardstick.step_seconds == {}
+    pacing.record(3, 2, 2, 0.012)                   # timed: one token longer is tried at that cost
+    assert pacing.limit() == 3
+    pacing.record(4, 3, 3, 0.013)
+    assert pacing.limit() == 4
     for _ in range(2):                              # refused from the first token twice: a rest
         assert pacing.may_draft()
-        pacing.record(1, 4, 0, 0.011)
-    assert pacing.length == 1                       # after it, one-token drafts first
+        pacing.record(1, 4, 0, 0.013)
     assert [pacing.may_draft() for _ in range(4)] == [False, False, False, True]
 
 
@@ -56,18 +56,19 @@ def test_pacing_rests_where_drafts_cost_more_than_they_keep():
 
 
 def test_pacing_keeps_the_draft_length_that_gives_the_most_tokens_per_second():
-    """Steps of 1 + n rows need not cost in proportion to n: the length is held where the measured
-    tokens/s peak, one longer being tried."""
+    """Steps of 1 + n rows need not cost in proportion to n: the length is held where the expected
+    tokens/s peak, one longer being tried once."""
     pacing = DraftPacing(most=8, trial=100, yardstick=DraftYardstick(warmup=1))
     plain_steps(pacing, 2)
-    pacing.record(1, 2, 0, 0.030)                   # catching up (nothing kept: length 1)
+    pacing.record(3, 2, 2, 0.030)                   # catching up
     cost = {1: 0.012, 2: 0.013, 3: 0.014, 4: 0.030}     # seconds of a step by drafted tokens
     lengths = []
     for _ in range(12):
         n = pacing.limit()
         lengths.append(n)
         pacing.record(n + 1, n, n, cost[min(n, 4)])    # every draft kept
-    assert lengths[:4] == [1, 2, 3, 4] and set(lengths[4:]) == {3}
+    assert lengths[:3] == [2, 3, 4] and set(lengths[3:]) == {3}
+    assert {n: round(t, 6) for n, t in pacing.yardstick.step_seconds.items()} == {2: 0.013, 3: 0.014, 4: 0.030}
 
 
 def test_a_new_request_draws_on_what_the_models_earlier_requests_learnt():
@@ -99,3 +100,20 @@ def test_a_plain_step_after_a_prompt_does_not_time_the_yardstick():
     pacing.begin()                                  # a new prompt (Llama: the next call)
     pacing.record(1, 0, 0, 0.100)
     assert pacing.yardstick.plain_steps == 3 and round(pacing.plain_rate) == 100
+
+
+def test_a_miss_does_not_cut_drafts_short_where_most_are_kept():
+    """A rewrite's drafts fail at its changed words and are right again after them: the counts of
+    kept positions, not the last draft, set the length. Where drafts are mostly refused, they shrink."""
+    def paced(kept: list[int]) -> DraftPacing:
+        yardstick = DraftYardstick(warmup=1)
+        for n, seconds in {1: 0.012, 2: 0.013, 3: 0.014, 4: 0.015}.items():
+            yardstick.add_drafted(n, seconds)       # as other requests timed them
+        pacing = DraftPacing(most=4, trial=100, yardstick=yardstick)
+        plain_steps(pacing, 2)                      # 100 tokens/s
+        for k in kept:
+            pacing.record(1 + k, 4, k, 0.015)
+        return pacing
+
+    assert paced([4, 4, 4, 4, 0]).limit() == 4      # one changed word
+    assert paced([4, 0, 1, 0, 1, 0]).limit() < 4

@@ -334,7 +334,7 @@ def test_drafts_ride_with_the_next_token_and_only_accepted_ones_stay():
     sched, log = Scheduler(1, n_batch=64, n_ctx_seq=256, drafter=PromptLookup(n_draft=4, ngram=2)), Log()
     sched.add(log.request("r", [1, 5, 6, 7, 8, 9, 10, 11, 5, 6], max_tokens=20))
     sched.admit()
-    sched.slots[0].pacing.length = 4                # as after accepted drafts
+    sched.slots[0].pacing.first = 4                 # a first draft of 4 tokens
     time_plain_steps(sched)
     # the prompt ends with "5 6", which occurred before followed by 7 8 9 10
     step(sched, log, token=7)                       # prefill, samples 7; context ... 5 6 | 7
