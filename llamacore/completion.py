@@ -49,8 +49,11 @@ def text_events(llm: Llama, tokens: list[int], sampling: SamplingParams, max_tok
     if limit <= 0:
         n_out, finish = 0, FinishReason.LENGTH
     elif per_token:
+        # logprobs and stopping criteria read the logits after each token: from the last row, which
+        # is that token's only without drafts
         n_out, finish = yield from _token_events(llm, llm._generate(
-            tokens, sampling, max_tokens=limit, ignore_eos=ignore_eos, logits_processor=logits_processor),
+            tokens, sampling, max_tokens=limit, ignore_eos=ignore_eos, logits_processor=logits_processor,
+            reads_logits=n_logprobs is not None or stopping_criteria is not None),
             text, n_logprobs, ignore_eos, stopping_criteria)
     else:
         n_out, finish = yield from _chunk_events(llm._token_chunks(

@@ -56,14 +56,14 @@ class DraftYardstick:
     def ready(self) -> bool:
         return self.plain_rate is not None and self.plain_steps >= self.warmup
 
-    def add_plain(self, produced: int, seconds: float) -> None:
-        """A plain step of one sequence: `produced` tokens in `seconds` (once per step, however
-        many sequences it decoded)."""
+    def add_plain(self, produced: int, seconds: float, steps: int = 1) -> None:
+        """`steps` plain steps of one sequence: `produced` tokens in `seconds` (once per step,
+        however many sequences it decoded)."""
         if produced <= 0 or seconds <= 0:
             return
         rate = produced / seconds
         self.plain_rate = rate if self.plain_rate is None else 0.8 * self.plain_rate + 0.2 * rate
-        self.plain_steps += 1
+        self.plain_steps += steps
 
     def add_drafted(self, drafted: int, seconds: float) -> None:
         """A step that carried `drafted` draft tokens took `seconds`, drafting included."""
@@ -162,6 +162,12 @@ class DraftPacing:
             self.resting -= 1
             return False
         return True
+
+    def rested(self, steps: int, seconds: float) -> None:
+        """`steps` plain steps of this rest, one token each, were decoded together in `seconds`."""
+        self.resting = max(0, self.resting - steps)
+        self._after_prompt = False
+        self.yardstick.add_plain(steps, seconds, steps)
 
     def record(self, produced: int, drafted: int, accepted: int, seconds: float) -> None:
         """A step of this sequence: `produced` tokens in `seconds`, after a draft of `drafted`

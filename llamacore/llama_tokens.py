@@ -23,6 +23,8 @@ from llamacore.prefix import AdapterKey, reusable_prefix
 from llamacore.processors import LogitsProcessor, StoppingCriteria, apply_processor
 from llamacore.sampling import SamplingParams, check_tfs_z
 
+REST_CHUNK = 4          # tokens per C-loop call while drafting rests (a stream gets them together)
+
 if TYPE_CHECKING:
     from llamacore._core import Context, Model, Projector
     from llamacore.draft_pacing import DraftPacing
@@ -194,7 +196,8 @@ class TokenLevel:
             pos = end
 
     def _generate(self, tokens: list[int], sampling: SamplingParams, *, max_tokens: int,
-                  ignore_eos: bool = False, logits_processor: LogitsProcessor | None = None) -> Iterator[int]:
+                  ignore_eos: bool = False, logits_processor: LogitsProcessor | None = None,
+                  reads_logits: bool = False) -> Iterator[int]:
         """Yield sampled tokens until EOS (unless ignored), `max_tokens` or a full context (the loop of
         the completions).
 
@@ -206,14 +209,16 @@ class TokenLevel:
 
         With a `draft_model`, each step decodes the sampled token and the draft after it in one
         batch, then samples the logits after each in turn while they agree with the draft: the
-        tokens are those of plain decoding (no drafts with a logits processor or logits_all).
+        tokens are those of plain decoding (no drafts with a logits processor or logits_all, nor
+        when the caller `reads_logits` of each token as it comes: logprobs, stopping criteria).
         """
         sampler = sampling.build(self.model)
         self._eval(tokens)
         ctx, batch, model, n_ctx = self.ctx, self._batch, self.model, self.ctx.n_ctx
         scores = self.scores if self.logits_all else None
         # no drafts with per-token hooks on the logits, or for image prompts (their rows are no token ids)
-        drafter = self._drafter if logits_processor is None and scores is None and not images_of(tokens) else None
+        hooked = logits_processor is not None or scores is not None or reads_logits
+        drafter = self._drafter if not hooked and not images_of(tokens) else None
         if drafter is not None:
             self._pacing.begin()
 
@@ -228,6 +233,15 @@ class TokenLevel:
                 now = time.perf_counter()
                 self._pacing.record(*step, now - step_started)
                 step_started = now
+            if drafter is not None and row == -1 and step is not None and self._pacing.resting > 1:
+                # a rest from drafting: plain steps, in the C loop (llamacore/core/token_loop.pyx)
+                for token in self._rest_in_c(sampler, max_tokens - produced, ignore_eos):
+                    produced += 1
+                    yield token
+                    if stops(token) or produced >= max_tokens:
+                        return
+                step, step_started = None, time.perf_counter()
+                continue
             if logits_processor is not None:
                 apply_processor(logits_processor, self._cached, ctx.logits(-1))
             token = sampler.sample(ctx, row)
@@ -266,6 +280,22 @@ class TokenLevel:
             else:
                 step = (1 + len(draft), len(draft), len(draft))
             self.n_accepted += step[2]
+
+    def _rest_in_c(self, sampler: Any, room: int, ignore_eos: bool) -> Iterator[int]:
+        """The plain steps of the pacing's rest (up to `room` tokens) by the C token loop, a few
+        tokens per call (a stream sees them in small bursts). Every token is decoded but one that
+        ends the answer (end of generation, the context full, `room` reached), as in `_generate`."""
+        pacing = self._pacing
+        loop = TokenLoop(self.ctx, sampler, len(self._cached), room, ignore_eos=ignore_eos)
+        started = time.perf_counter()
+        while pacing.resting > 0 and loop.finish is None:
+            start = loop.pos
+            out, _ = loop.run(min(REST_CHUNK, pacing.resting))
+            self._cached.extend(out[:loop.pos - start])         # the tokens it decoded
+            yield from out
+            now = time.perf_counter()                            # the caller's work on them included,
+            pacing.rested(loop.pos - start, now - started)       # as in a drafted step's time
+            started = now
 
     def _token_chunks(self, tokens: list[int], sampling: SamplingParams, *, max_tokens: int, ignore_eos: bool,
                       stops: list[str], chunk: int) -> Iterator[tuple[list[int], bytes, str | None]]:

@@ -5,6 +5,7 @@ import pytest
 from helpers import N_THREADS
 
 from llamacore import Llama
+from llamacore.draft_pacing import DraftYardstick
 from llamacore.llama_speculative import LlamaPromptLookupDecoding
 
 REPEAT = "red apple, green pear, blue plum, " * 6
@@ -29,19 +30,69 @@ def test_prompt_lookup_answers_as_plain_decoding(tiny_model_path, plain):
         assert complete(spec, prompt, stop=["pear"]) == complete(plain, prompt, stop=["pear"])
 
 
-def test_prompt_lookup_drafts_text_that_repeats(tiny_models_dir):
+def test_prompt_lookup_drafts_text_that_repeats(memoryless):
     """A model whose next token depends on the last one only repeats a cycle: the drafts are right."""
+    path, plain, prompt = memoryless                              # the answer is the orbit after 3000 again
+    spec = Llama(path, n_ctx=512, n_threads=N_THREADS, draft_model=LlamaPromptLookupDecoding(num_pred_tokens=8))
+    spec._pacing.yardstick = DraftYardstick(rest_min=0)    # whether drafts pay (timing) is not tested here
+    out = spec.create_completion(prompt, max_tokens=50, temperature=0)["choices"][0]["text"]
+    assert out == plain.create_completion(prompt, max_tokens=50, temperature=0)["choices"][0]["text"]
+    assert spec.n_drafted >= 30 and spec.n_accepted >= 30        # most of the 50 tokens came from drafts
+
+
+@pytest.fixture(scope="module")
+def memoryless(tiny_models_dir):
+    """A model whose next token depends on the last one only, and a prompt whose answer repeats it."""
     from tiny_models import TinyModelSpec, write_model
 
     path = write_model(tiny_models_dir / "memoryless.gguf", TinyModelSpec(seed=3), memoryless=True)
     plain = Llama(path, n_ctx=512, n_threads=N_THREADS)
-    spec = Llama(path, n_ctx=512, n_threads=N_THREADS, draft_model=LlamaPromptLookupDecoding(num_pred_tokens=8))
     plain.create_completion([1, 3000], max_tokens=60, temperature=0)
-    orbit = plain.input_ids[2:plain.n_tokens].tolist()           # what follows 3000, token after token
-    prompt = [1, 3000, *orbit, 3000]                              # the answer is `orbit` again
-    out = spec.create_completion(prompt, max_tokens=50, temperature=0)["choices"][0]["text"]
-    assert out == plain.create_completion(prompt, max_tokens=50, temperature=0)["choices"][0]["text"]
-    assert spec.n_drafted >= 30 and spec.n_accepted >= 30        # most of the 50 tokens came from drafts
+    orbit = plain.input_ids[2:plain.n_tokens].tolist()
+    return path, plain, [1, 3000, *orbit, 3000]
+
+
+def test_logprobs_and_stopping_criteria_see_each_tokens_own_logits(memoryless):
+    """They read the logits after each token, which a draft's batch holds in other rows: no drafts
+    then, and the logprobs are plain decoding's."""
+    path, plain, prompt = memoryless
+    spec = Llama(path, n_ctx=512, n_threads=N_THREADS, draft_model=LlamaPromptLookupDecoding(num_pred_tokens=8))
+    spec.create_completion(prompt, max_tokens=50, temperature=0)
+    assert spec.n_drafted > 0
+    drafted = spec.n_drafted
+
+    def logprobs(llm):
+        return llm.create_completion(prompt, max_tokens=50, temperature=0, logprobs=2)["choices"][0]["logprobs"]
+
+    assert logprobs(spec) == logprobs(plain) and spec.n_drafted == drafted
+    seen = []
+    spec.create_completion(prompt, max_tokens=20, temperature=0,
+                           stopping_criteria=lambda ids, logits: seen.append(int(np.argmax(logits))) or False)
+    assert seen[:-1] == spec.input_ids[len(prompt):spec.n_tokens].tolist() and spec.n_drafted == drafted
+
+
+def answer(out: dict) -> tuple[str, str]:
+    return out["choices"][0]["text"], out["choices"][0]["finish_reason"]
+
+
+def test_a_rest_from_drafting_runs_in_the_c_loop(memoryless):
+    """While drafting rests, plain steps go through the C token loop: the same answers (stop strings,
+    max_tokens), and the rest and the model's plain steps are counted."""
+    path, plain, prompt = memoryless
+    spec = Llama(path, n_ctx=512, n_threads=N_THREADS, draft_model=LlamaPromptLookupDecoding(num_pred_tokens=8))
+    rests, rest_in_c = [], spec._rest_in_c
+    spec._rest_in_c = lambda *args: (rests.append(args), rest_in_c(*args))[1]      # counts the C-loop rests
+    for max_tokens, stop in ((40, []), (7, []), (40, [plain.detokenize(prompt[20:22]).decode(errors="ignore")])):
+        spec._pacing.resting = 100
+        timed = spec._pacing.yardstick.plain_steps
+        want = plain.create_completion(prompt, max_tokens=max_tokens, temperature=0, stop=stop)
+        got = spec.create_completion(prompt, max_tokens=max_tokens, temperature=0, stop=stop)
+        assert answer(got) == answer(want)
+        # every token but the first step's and the last chunk's (the caller stopped in it) rested
+        n = got["usage"]["completion_tokens"]
+        assert spec.n_drafted == 0 and 100 - spec._pacing.resting >= n - 5
+        assert spec._pacing.yardstick.plain_steps >= timed + n - 5
+    assert len(rests) == 3
 
 
 def test_the_model_itself_as_draft_is_always_right(tiny_model_path, plain):
