@@ -145,7 +145,7 @@ class DraftPacing:
         """How many tokens the next draft may have: the length with the most expected tokens/s."""
         best, best_rate = min(self.first, self.most), 0.0
         timed = self.yardstick.step_seconds
-        if self._reached[0] <= 0 or not timed:
+        if not self.most or self._reached[0] <= 0 or not timed:
             return best
         expected = self.expected()
         for n in range(1, min(self.most, max(timed) + 1) + 1):
@@ -195,7 +195,7 @@ class DraftPacing:
         self._drafted = (DECAY * tokens + produced, DECAY * spent + seconds)
         self._since_judged += 1
         plain = self.yardstick.plain_rate
-        if self._since_judged < self.trial or not plain:
+        if self._since_judged < self.trial or not plain or not self._drafted[1]:
             return
         self._since_judged = 0
         if self._drafted[0] / self._drafted[1] < plain:   # the drafted steps were slower than plain ones

@@ -138,7 +138,7 @@ class Scheduler:
         self.accepted = 0
         self.verified = 0                # decode steps that verified a draft
         self._step_started = 0.0         # when the step being decoded was planned (drafting included)
-        self.yardstick = DraftYardstick()    # plain steps' speed and drafting's rests, across requests
+        self.yardstick = DraftYardstick()    # step times and drafting's rests, kept across requests
         self._after_prompt = True        # the last step decoded a prompt (the next one plans its graph anew)
 
     @property
