@@ -9,7 +9,8 @@ llama-cpp-python is its own Python from the pinned sdist over this build's libll
 
 Each side is a child process (benchmarks/llama_side.py) that keeps its model loaded; the rounds
 rotate the order of the sides, the prompt's KV is reused between rounds on every side (both reuse
-the longest common prefix), and tokens/s is completion tokens over the call's wall time. Whether
+the longest common prefix), and tokens/s is completion tokens over the call's wall time (medians
+over rounds; each ratio is the median over rounds of the two sides' ratio in that round). Whether
 each side's greedy text equals its library's plain decoding (and llamacore's) is reported: across
 the two libraries near-ties of these random-weight models may break differently.
 
@@ -87,10 +88,14 @@ def run_workload(label: str, model: Path, draft: Path, prompt: list[int], args, 
                               # greedy text equal to its own library's plain decoding, every round
                               "as_plain": all(g["text"] == own_plain for g in got),
                               "as_llamacore_plain": all(g["text"] == texts["llamacore plain"] for g in got)}
-    tok = {name: s["tok_s"] for name, s in out["sides"].items()}
-    out["speedup"] = {name: tok[name] / tok[name.rsplit(" ", 1)[0] + " plain"] for name in tok}
+    def paired(a: str, b: str) -> float:
+        """The median over rounds of side a's tokens/s over side b's in the same round (a round runs
+        every side within seconds, so this cancels the slower drifts of a shared machine)."""
+        return statistics.median((x["n"] / x["wall_s"]) / (y["n"] / y["wall_s"]) for x, y in zip(samples[a], samples[b]))
+
+    out["speedup"] = {name: paired(name, name.rsplit(" ", 1)[0] + " plain") for name in samples}
     if lcp_env is not None:
-        out["llamacore/llama-cpp-python"] = {m: tok[f"llamacore {m}"] / tok[f"llama-cpp-python {m}"]
+        out["llamacore/llama-cpp-python"] = {m: paired(f"llamacore {m}", f"llama-cpp-python {m}")
                                              for m in ("plain", "lookup")}
     return out
 
