@@ -37,6 +37,7 @@ from bench_speculative import CHANGE_EVERY, INSTRUCTION, REWRITE_TAIL, STORY
 from models import ensure_model  # also puts the checkout on sys.path
 from peer_tools import ROOT
 from llama_side import Side, lcp_environment
+from sides import paired_ratio
 from speculative_models import copy_model, draft_model, sibling_pair
 
 N_CTX = 1024
@@ -88,10 +89,8 @@ def run_workload(label: str, model: Path, draft: Path, prompt: list[int], args, 
                               # greedy text equal to its own library's plain decoding, every round
                               "as_plain": all(g["text"] == own_plain for g in got),
                               "as_llamacore_plain": all(g["text"] == texts["llamacore plain"] for g in got)}
-    def paired(a: str, b: str) -> float:
-        """The median over rounds of side a's tokens/s over side b's in the same round (a round runs
-        every side within seconds, so this cancels the slower drifts of a shared machine)."""
-        return statistics.median((x["n"] / x["wall_s"]) / (y["n"] / y["wall_s"]) for x, y in zip(samples[a], samples[b]))
+    def paired(a: str, b: str) -> float | None:
+        return paired_ratio(*([g["n"] / g["wall_s"] for g in samples[side]] for side in (a, b)))
 
     out["speedup"] = {name: paired(name, name.rsplit(" ", 1)[0] + " plain") for name in samples}
     if lcp_env is not None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import statistics
 
+from sides import paired_ratio
+
 TARGETS = {"prompt lookup": 1.8, "draft model": 1.5, "non-repetitive": 0.95}
 MODES = ("plain", "ngram", "draft")
 SERVERS = ("llamaserve", "llama-server")
@@ -24,8 +26,7 @@ def summarize(rounds: list[dict]) -> dict:
                       for r in rs]
             by_side[side] = {
                 "reps": len(rs), "tok_s": statistics.median(r["tok_s"] for r in rs),
-                "tok_s_all": [round(r["tok_s"], 2) for r in rs], "tokens": rs[0]["n"],
-                "tok_s_by_rep": {r["rep"]: r["tok_s"] for r in rs},
+                "tok_s_by_rep": {r["rep"]: r["tok_s"] for r in rs}, "tokens": rs[0]["n"],
                 "drafted_per_request": drafted / len(rs), "acceptance": accepted / drafted if drafted else None,
                 "same_tokens_as_plain": all(r["tokens"] == reference for r in rs),
                 "first_difference": min((i for i in firsts if i is not None), default=None),
@@ -34,14 +35,11 @@ def summarize(rounds: list[dict]) -> dict:
 
 
 def paired(a: dict | None, b: dict | None) -> float | None:
-    """The median over reps of side a's tokens/s over side b's in the same rep. A rep runs every side
-    within seconds, so this cancels the slower drifts of a shared machine, which the ratio of the
-    two sides' medians does not (measured on a 2-CPU VM: one side's requests ranged 99-132 tok/s
-    over a run, while per-rep ratios of two sides that drafted almost nothing stayed within 1.00-1.04)."""
+    """Side a's tokens/s over side b's, paired by rep (sides.paired_ratio)."""
     if a is None or b is None:
         return None
-    reps = [rep for rep in a["tok_s_by_rep"] if rep in b["tok_s_by_rep"] and b["tok_s_by_rep"][rep]]
-    return statistics.median(a["tok_s_by_rep"][rep] / b["tok_s_by_rep"][rep] for rep in reps) if reps else None
+    reps = [rep for rep in a["tok_s_by_rep"] if rep in b["tok_s_by_rep"]]
+    return paired_ratio([a["tok_s_by_rep"][rep] for rep in reps], [b["tok_s_by_rep"][rep] for rep in reps])
 
 
 def ratios(summary: dict) -> dict[str, float | None]:
@@ -89,7 +87,7 @@ def show(report: dict) -> None:
     for key, by in report["summary"].items():
         for side, s in by.items():
             print(f"{key:<16}{side:<22}{s['tok_s']:8.1f}{percent(s['acceptance']):>12}  "
-                  f"{str(s['same_tokens_as_plain']):<13}  {' '.join(f'{x:.1f}' for x in s['tok_s_all'])}")
+                  f"{str(s['same_tokens_as_plain']):<13}  {' '.join(f'{x:.1f}' for x in s['tok_s_by_rep'].values())}")
     print()
     for key, value in report["ratios"].items():
         print(f"  {key:<48} {value:.3f}" if value is not None else f"  {key:<48} n/a")
