@@ -32,6 +32,7 @@ from llamacore.draft_pacing import DraftPacing
 from llamacore.llama_speculative import draft_source
 from llamacore.llama_options import check_unsupported, context_options, is_vision_handler, numa_strategy, option_name
 from llamacore.llama_tokenizer import LlamaTokenizer
+from llamacore.llama_generation import Generation
 from llamacore.llama_tokens import TokenLevel
 from llamacore.media import MediaPolicy
 from llamacore.multimodal import load_projector
@@ -39,11 +40,12 @@ from llamacore.prefix import AdapterKey, adapter_key
 
 _log = logging.getLogger(__name__)
 
-class Llama(TokenLevel, CacheAndState, Completions, ChatMethods, Embeddings):
+class Llama(TokenLevel, Generation, CacheAndState, Completions, ChatMethods, Embeddings):
     """Load a GGUF model (plus any LoRA adapters) and run completions, chat and embeddings.
 
     Its parts by concept: TokenLevel (llamacore.llama_tokens: the context's tokens, eval/sample/
-    generate), CacheAndState (llamacore.llama_cache: states and the prompt cache), Completions (llamacore.completion), ChatMethods
+    generate), Generation (llamacore.llama_generation: the completions' token loop and its drafts),
+    CacheAndState (llamacore.llama_cache: states and the prompt cache), Completions (llamacore.completion), ChatMethods
     (llamacore.chat), Embeddings (llamacore.embedding).
     """
 
