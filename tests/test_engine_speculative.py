@@ -89,6 +89,25 @@ def test_p_min_stops_unsure_drafts(tiny_model_path, plain):
     assert all(s == d[:len(s)] for s, d in zip(sure, every)) and sum(map(len, sure)) < sum(map(len, every))
 
 
+def test_a_draft_after_a_rest_reads_every_token_it_missed(tiny_model_path):
+    """A sequence that drafted nothing for many steps (a rest) catches up on the whole context, not
+    on its last few tokens: drafts from a partial context agree with the target far less often."""
+    from llamacore import Model
+    from llamaserve.draft_model import DraftModel
+
+    target = Model(str(tiny_model_path))
+    draft = DraftModel(DraftModelSpec(str(tiny_model_path), n_draft=4), target, n_seq=2, n_ctx_seq=256,
+                       n_threads=N_THREADS)
+    context = PROMPTS[0]
+    resting, fresh = draft.index(0), draft.index(1)
+    resting.propose(context[:10], 4)
+    decodes = draft.decodes
+    resumed = resting.propose(context, 4)           # 51 tokens later
+    assert resting.known[:len(context)] == context
+    assert draft.decodes - decodes == 1 + (len(resumed) - 1)    # the missed tokens in one batch, then the drafts
+    assert resumed == fresh.propose(context, 4)
+
+
 def test_a_draft_with_another_vocabulary_is_refused(tiny_model_path, tmp_path):
     from tiny_models import DEFAULT_VOCAB_PATH, TinyModelSpec, write_model
 
