@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 import tomllib
 from pathlib import Path
 
@@ -113,10 +114,22 @@ def extract(archive: Path, pin: dict[str, str], into: Path = TREE, patches: bool
         tar.extractall(out, members=members, filter="data")
         for patch in patch_files() if patches else []:
             apply_patch(out, patch)
+        _date_now(out)
         (out / STAMP.name).write_text(stamp_text(pin) if patches else pin["sha256"] + "\n")
         if into.exists():
             shutil.rmtree(into)
         os.replace(out, into)
+
+
+def _date_now(tree: Path) -> None:
+    """Date every file of a freshly extracted tree now. The archive's own dates are older than any
+    object built from an earlier tree, so a re-extracted tree (a patch added, changed or removed)
+    would leave objects compiled from a removed patch in place; dated now, the tree rebuilds whole
+    (ccache, when present, makes the unchanged files cheap)."""
+    now = time.time()
+    for path in tree.rglob("*"):
+        if path.is_file():
+            os.utime(path, (now, now))
 
 
 def ensure_source() -> Path:
