@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 from pathlib import Path
@@ -107,3 +108,12 @@ def problems(path: Path) -> list[str]:
 
 def yaml_config(work: Path, body: str) -> Path:
     return write(work, "config.yaml", body)
+
+
+def vendor_fetch():
+    """vendor/fetch.py (a script, not a package module), loaded as a module."""
+    spec = importlib.util.spec_from_file_location("llamacore_vendor_fetch", REPO_ROOT / "vendor" / "fetch.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

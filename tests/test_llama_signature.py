@@ -10,7 +10,6 @@ applies fails the test too, so the table stays exact.
 from __future__ import annotations
 
 import ast
-import importlib.util
 import inspect
 import tarfile
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from functools import cache
 from typing import Any
 
 import pytest
-from helpers import REPO_ROOT
+from helpers import vendor_fetch
 
 NO_DEFAULT = inspect.Parameter.empty
 # the dunder methods compared besides the public ones. Not __del__: lcp's calls close(); llamacore's
@@ -108,10 +107,7 @@ class Member:
 
 def _sdist() -> Any:
     """Where vendor/fetch.py caches the pinned sdist (LLAMACORE_CACHE or ~/.cache/llamacore)."""
-    spec = importlib.util.spec_from_file_location("llamacore_vendor_fetch", REPO_ROOT / "vendor" / "fetch.py")
-    assert spec is not None and spec.loader is not None
-    fetch = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(fetch)
+    fetch = vendor_fetch()
     pin = fetch.load_pin()
     return fetch.cache_dir() / f"{pin['package'].replace('-', '_')}-{pin['version']}.tar.gz"
 

@@ -1,21 +1,11 @@
 """vendor/fetch.py: a re-extracted llama.cpp tree is dated now, so its build never keeps objects of
 a patch that was removed (the archive's own dates are older than any object built before)."""
 
-import importlib.util
 import io
 import tarfile
 import time
-from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-
-
-def _fetch():
-    spec = importlib.util.spec_from_file_location("llamacore_vendor_fetch_test", REPO_ROOT / "vendor" / "fetch.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from helpers import vendor_fetch
 
 
 def test_an_extracted_tree_is_dated_now(tmp_path):
@@ -29,7 +19,7 @@ def test_an_extracted_tree_is_dated_now(tmp_path):
             tar.addfile(info, io.BytesIO(text))
     started = time.time()
     tree = tmp_path / "tree"
-    _fetch().extract(archive, {"subdir": "vendor/llama.cpp", "sha256": "0" * 64}, into=tree, patches=False)
+    vendor_fetch().extract(archive, {"subdir": "vendor/llama.cpp", "sha256": "0" * 64}, into=tree, patches=False)
     files = [p for p in tree.rglob("*") if p.is_file()]
     assert {p.relative_to(tree).as_posix() for p in files} >= {"ggml/src/ops.c", "CMakeLists.txt"}
     assert all(p.stat().st_mtime >= started - 1 for p in files)
