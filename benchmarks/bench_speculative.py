@@ -37,7 +37,11 @@ not repeated), so two target models:
 * ``sibling``: a target and a draft made to agree as a trained family does (speculative_models.py:
   the target is the f16 model with the residual contributions of blocks 1.. damped, the draft its
   block 0 alone in pure q5_0, about an eighth of a target token's bytes; the draft's greedy token
-  equals the target's on about 80% of tokens). This is the draft-model workload; plain and draft.
+  equals the target's on about 80% of tokens). Its draft costs a quarter of a target token; plain
+  and draft.
+* ``deep``: the same construction from the "deep" model (the "mid" blocks, 32 of them): the draft
+  (one block) agrees on about 80% of tokens and costs about a twentieth of a target token, as a
+  trained draft does against its target. This is the draft-model workload; plain and draft.
 
 On ``random`` the draft model (the target's own weights quantized, below) costs more than half a
 target step and agrees on about half the tokens: drafting cannot pay there, and the case shows
@@ -52,15 +56,17 @@ q5_0 (``llama-quantize --pure``: no AMX kernel for it), with a note. Both server
 draft file.
 
 Costs (speculative_cost.py): a draft token's against a target token's (llama-bench tg32 of each), and
-a k-row verify batch's against a one-row decode on the sibling target, v(k), measured in one process;
-with the measured acceptance they bound what drafting can gain (reported as notes).
+a k-row verify batch's against a one-row decode on each sibling target, v(k), measured in one
+process; with the draft's teacher-forced agreement with the target's plain answer (the per-token
+acceptance) they bound what drafting can gain (reported as notes).
 
 Targets (issue; reported, never asserted): rewrite prompt, prompt lookup >= 1.8x the tokens/s of
-plain decoding (copy model), a draft model >= 1.5x (sibling pair); never below 0.95x where drafting
-cannot pay (a non-repetitive prompt, a text the model does not copy, an expensive draft).
+plain decoding (copy model), a draft model >= 1.5x (deep sibling pair); never below 0.95x where
+drafting cannot pay or pays little (a non-repetitive prompt, a text the model does not copy, an
+expensive draft: the quantized target, the sibling pair's draft at a quarter of a target token).
 
 Usage: python benchmarks/bench_speculative.py [--model small|mid] [--reps 5] [--n-gen 160]
-       [--draft-dtype auto|q4_0|q8_0|q5_0] [--groups random,copy,sibling] [--threads N] [--idle-wait S]
+       [--draft-dtype auto|q4_0|q8_0|q5_0] [--groups random,copy,sibling,deep] [--threads N] [--idle-wait S]
        [--json OUT]
 """
 
@@ -81,8 +87,8 @@ import servers
 from models import SPECS, ensure_model  # also puts the checkout on sys.path
 from peer_tools import cpu_busy, ensure_tool
 from server_rounds import CpuMeter
-from speculative_cost import draft_bound, draft_cost, verify_cost
-from speculative_models import copy_model, draft_model, sibling_pair
+from speculative_cost import agreement, draft_bound, draft_cost, verify_cost
+from speculative_models import DEEP, copy_model, draft_model, sibling_pair
 from speculative_summary import MODES, percent, ratios, show, summarize, targets
 
 N_DRAFT, NGRAM_SIZE, P_MIN = 8, 3, 0.0
@@ -93,7 +99,8 @@ REWRITE_TAIL = "\n\nRewritten text:"
 STORY = "Write a short story about a lighthouse keeper who finds a strange map."
 GROUPS = {"random": {"workloads": ("rewrite", "story"), "modes": MODES},
           "copy": {"workloads": ("rewrite",), "modes": ("plain", "ngram")},
-          "sibling": {"workloads": ("rewrite", "story"), "modes": ("plain", "draft")}}
+          "sibling": {"workloads": ("rewrite", "story"), "modes": ("plain", "draft")},
+          "deep": {"workloads": ("rewrite", "story"), "modes": ("plain", "draft")}}
 
 
 def _log(msg: str) -> None:
@@ -196,7 +203,9 @@ def wait_idle(limit: float) -> None:
         pass
 
 
-def run_group(group: str, model: Path, draft: Path, args, flags: dict, workdir: Path) -> list[dict]:
+def run_group(group: str, model: Path, draft: Path, args, flags: dict,
+              workdir: Path) -> tuple[list[dict], dict[str, list[int]]]:
+    """The group's requests, and its workloads' prompts."""
     sides = make_servers(group, model, draft, workdir, args.threads, flags)
     rounds: list[dict] = []
     with servers.ServerSet() as owned, httpx.Client(timeout=600.0) as http:
@@ -228,7 +237,7 @@ def run_group(group: str, model: Path, draft: Path, args, flags: dict, workdir: 
                         _print(r)
                         if not r["discarded"]:
                             break
-    return rounds
+    return rounds, workloads
 
 
 def _print(r: dict) -> None:
@@ -261,6 +270,9 @@ def main(argv: list[str] | None = None) -> dict:
 
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="bench_speculative."))
     workdir.mkdir(parents=True, exist_ok=True)
+    groups = args.groups.split(",")
+    if unknown := sorted(set(groups) - set(GROUPS)):
+        ap.error(f"unknown groups {unknown}; expected some of {', '.join(GROUPS)}")
     target, copy = ensure_model(args.model, "f16"), copy_model(args.model)
     draft, draft_note = draft_model(args.model, args.draft_dtype)
     flags = peer_flags()
@@ -268,13 +280,14 @@ def main(argv: list[str] | None = None) -> dict:
     notes += [draft_note] if draft_note else []
     if flags["ngram"] is None:
         notes.append("this llama-server has no --spec-type ngram-simple: its prompt-lookup side is skipped")
-    sibling, sibling_draft = sibling_pair(args.model)
-    rounds = []
-    for group, model, group_draft in (("random", target, draft), ("copy", copy, draft),
-                                      ("sibling", sibling, sibling_draft)):
-        if group not in args.groups.split(","):
-            continue
-        rounds += run_group(group, model, group_draft, args, flags, workdir)
+    pairs = {"random": (target, draft), "copy": (copy, draft)}
+    pairs |= {"sibling": sibling_pair(args.model)} if "sibling" in groups else {}
+    pairs |= {"deep": sibling_pair(DEEP)} if "deep" in groups else {}
+    rounds, texts = [], {}
+    for group, (model, group_draft) in pairs.items():
+        if group in groups:
+            got, texts[group] = run_group(group, model, group_draft, args, flags, workdir)
+            rounds += got
     summary = summarize(rounds)
     rat = ratios(summary)
     tgt = targets(rat)
@@ -290,30 +303,46 @@ def main(argv: list[str] | None = None) -> dict:
                                       "differ from plain llamaserve's on: " + ", ".join(different) +
                                       " (random weights leave near-ties between the top two logits, which "
                                       "the different batch shapes of verification can flip)"))
-    cost = draft_cost(target, draft, args.threads, lambda: wait_idle(args.idle_wait))
-    notes.append(f"draft cost: llama-bench tg32 {cost['target_tok_s']:.1f} tok/s for the target, "
-                 f"{cost['draft_tok_s']:.1f} for its quantized draft ({draft.name}): a draft token costs "
-                 f"{cost['ratio']:.2f} of a target token, so drafting cannot pay there and must back off")
-    sibling_cost = draft_cost(sibling, sibling_draft, args.threads, lambda: wait_idle(args.idle_wait))
-    notes.append(f"sibling pair: llama-bench tg32 {sibling_cost['target_tok_s']:.1f} tok/s for the target, "
-                 f"{sibling_cost['draft_tok_s']:.1f} for the draft ({sibling_draft.name}): a draft token costs "
-                 f"{sibling_cost['ratio']:.2f} of a target token")
-    verify = verify_cost(sibling, args.threads)
-    notes.append(f"verify cost (the sibling target, in one process, {verify['rounds']} rounds): a batch of k rows "
-                 f"with logits after {verify['depth']} tokens costs " + ", ".join(
-                     f"{v:.2f}" for v in verify["v"].values()) + f" of one row for k = 1..{len(verify['v'])} "
-                 f"({verify['ms'][1]:.2f} ms for one)")
-    for workload in ("rewrite", "story"):
-        alpha = acc.get(f"sibling/{workload}", {}).get("llamaserve-draft")
-        if alpha is not None:
-            gain, n = draft_bound(alpha, sibling_cost["ratio"], verify["v"])
-            notes.append(f"draft bound, sibling/{workload}: at acceptance {percent(alpha)} and a draft token's "
-                         f"cost {sibling_cost['ratio']:.2f}, drafting gains at most {gain:.2f}x"
+
+    def idle() -> None:
+        wait_idle(args.idle_wait)
+
+    costs: dict[str, dict] = {}
+    if "random" in groups:
+        costs["random"] = cost = draft_cost(target, draft, args.threads, idle)
+        notes.append(f"draft cost: llama-bench tg32 {cost['target_tok_s']:.1f} tok/s for the target, "
+                     f"{cost['draft_tok_s']:.1f} for its quantized draft ({draft.name}): a draft token costs "
+                     f"{cost['ratio']:.2f} of a target token, so drafting cannot pay there and must back off")
+    verify: dict[str, dict] = {}
+    agree: dict[str, float] = {}
+    for group in ("sibling", "deep"):
+        if group not in texts:
+            continue
+        pair_target, pair_draft = pairs[group]
+        costs[group] = cost = draft_cost(pair_target, pair_draft, args.threads, idle)
+        notes.append(f"{group} pair: llama-bench tg32 {cost['target_tok_s']:.1f} tok/s for the target, "
+                     f"{cost['draft_tok_s']:.1f} for the draft ({pair_draft.name}): a draft token costs "
+                     f"{cost['ratio']:.2f} of a target token")
+        for workload, prompt in texts[group].items():
+            key = f"{group}/{workload}"
+            depth = len(prompt) + args.n_gen // 2          # a verify batch's mean depth in the answer
+            verify[key] = v = verify_cost(pair_target, args.threads, depth, rows=8, rounds=40)
+            notes.append(f"verify cost ({key}, in one process, {v['rounds']} rounds): a batch of k rows with "
+                         f"logits after {depth} tokens costs " + ", ".join(f"{x:.2f}" for x in v["v"].values())
+                         + f" of one row for k = 1..{len(v['v'])} ({v['ms'][1]:.2f} ms for one)")
+            answer = next(r["tokens"] for r in rounds if r["group"] == group and r["workload"] == workload
+                          and r["side"] == "llamaserve-plain")
+            agree[key] = alpha = agreement(pair_draft, prompt, answer, args.threads)
+            gain, n = draft_bound(alpha, cost["ratio"], v["v"])
+            notes.append(f"draft bound, {key}: the draft's greedy token equals the target's on "
+                         f"{percent(alpha)} of the plain answer's tokens (teacher-forced); at that acceptance per "
+                         f"token and a draft token's cost {cost['ratio']:.2f}, drafting gains at most {gain:.2f}x"
                          + (f" (drafting {n} a step)" if n else " (any draft length loses)")
                          + ", if each draft token is accepted independently (speculative_cost.py)")
-    report = {"model": str(target), "copy_model": str(copy), "draft_model": str(draft), "draft_cost": cost,
-              "sibling_model": str(sibling), "sibling_draft": str(sibling_draft), "sibling_draft_cost": sibling_cost,
-              "verify_cost": verify,
+    report = {"model": str(target), "copy_model": str(copy), "draft_model": str(draft),
+              "pairs": {group: {"target": str(m), "draft": str(d)} for group, (m, d) in pairs.items()
+                        if group in ("sibling", "deep")},
+              "draft_costs": costs, "verify_costs": verify, "agreement": agree,
               "settings": {"threads": args.threads, "reps": args.reps, "n_gen": args.n_gen, "n_draft": N_DRAFT,
                            "ngram_size": NGRAM_SIZE, "p_min": P_MIN, "n_ctx": N_CTX, "change_every": CHANGE_EVERY,
                            "llama_server_flags": flags},

@@ -255,7 +255,7 @@ def headline(results: dict) -> list[Row]:
         rows += vision_rows(vis)[:1]
     if spec := case_result(results, "speculative"):
         rows += [r for r in speculative_rows(spec) if r[0] in ("rewrite prompt, copy model: prompt lookup (tok/s)",
-                                                               "rewrite prompt, sibling pair: draft model (tok/s)")]
+                                                               "rewrite prompt, deep sibling pair: draft model (tok/s)")]
     rows += [r for r in load_rows(results) if r[0] in ("cold load + first token", "model switch: TTFT, model not loaded")]
     if rss := case_result(results, "rss_idle"):
         rows += rss_rows(rss)[2:4]

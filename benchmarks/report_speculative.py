@@ -8,7 +8,8 @@ SPEC_MODES = {"plain": "plain decoding", "ngram": "prompt lookup", "draft": "dra
 SPEC_PEERS = {"plain": "llama-server", "ngram": "llama-server ngram-simple", "draft": "llama-server draft-simple"}
 SPEC_WORKLOADS = {"random/rewrite": "rewrite prompt", "random/story": "non-repetitive prompt",
                   "copy/rewrite": "rewrite prompt, copy model", "sibling/rewrite": "rewrite prompt, sibling pair",
-                  "sibling/story": "non-repetitive prompt, sibling pair"}
+                  "sibling/story": "non-repetitive prompt, sibling pair",
+                  "deep/rewrite": "rewrite prompt, deep sibling pair", "deep/story": "non-repetitive prompt, deep sibling pair"}
 
 
 def llama_speculative_rows(spec: dict) -> list[Row]:
@@ -55,8 +56,10 @@ def speculative_targets(spec: dict) -> list[str]:
     parts = [f"{t['what']} **{t['value']:.2f}**x (target >= {t['target']}, {'met' if t['met'] else 'not met'})"
              if t["value"] is not None else f"{t['what']} n/a" for t in spec["targets"]]
     tail = ""
-    for key, what in (("draft_cost", "the quantized target as draft"), ("sibling_draft_cost", "the sibling draft")):
-        if cost := spec.get(key):
+    costs = spec.get("draft_costs", {})
+    for key, what in (("random", "the quantized target as draft"), ("sibling", "the sibling draft"),
+                      ("deep", "the deep sibling's draft")):
+        if cost := costs.get(key):
             tail += (f" A token of {what} costs {cost['ratio']:.2f} of a target token (llama-bench tg32: "
                      f"{cost['target_tok_s']:.1f} vs {cost['draft_tok_s']:.1f} tok/s).")
     return ["Targets, llamaserve's tokens/s over its plain decoding: " + "; ".join(parts) + "." + tail, ""]

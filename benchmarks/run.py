@@ -63,7 +63,8 @@ MODES = {
               "prefix_args": ["--clients", "8", "--prefix", "1500", "--reps", "1"],
               "isolation_args": ["--reps", "1", "--load-reps", "2", "--retries", "0"],
               "rpc_args": ["--reps", "1"], "vision_args": ["--reps", "3"],
-              "spec_model": "small", "spec_args": ["--reps", "1", "--n-gen", "96", "--retries", "0"]},
+              "spec_model": "small",
+              "spec_args": ["--reps", "1", "--n-gen", "96", "--retries", "0", "--groups", "random,copy,sibling"]},
     "full": {"core_models": [f"{s}-{d}" for s in ("small", "mid") for d in ("f16", "q8_0", "q4_0")],
              "core_reps": 9, "core_runs": 5, "idle_wait": 30,     # 9 rounds: targets within 2%, noisy machines
              "llm_models": "tiny,small,mid,tiny-q4_0,small-q4_0,mid-q4_0", "attention_models": "small-f16,mid-q4_0",
@@ -151,7 +152,12 @@ def _speculative(m: dict, threads: int, workdir: Path) -> dict:
 
 def _llama_speculative(m: dict, threads: int, workdir: Path) -> dict:
     return bench_llama_speculative.main(["--model", m["spec_model"], "--threads", str(threads),
-                                         *_without(m["spec_args"], "--retries")])
+                                         *_without(_without(m["spec_args"], "--retries"), "--groups")])
+
+
+def _spec_groups(args: list[str]) -> list[str]:
+    """The speculative case's --groups in `args` (every group of bench_speculative when absent)."""
+    return args[args.index("--groups") + 1].split(",") if "--groups" in args else list(bench_speculative.GROUPS)
 
 
 def _without(args: list[str], option: str) -> list[str]:
@@ -213,7 +219,7 @@ def prepare(m: dict, cases: list[str]) -> None:
     if "server" in cases:
         ensure_loras(m["server_model"])
     if {"speculative", "llama_speculative"} & set(cases):
-        speculative_models.prepare(m["spec_model"])
+        speculative_models.prepare(m["spec_model"], deep="deep" in _spec_groups(m["spec_args"]))
     if "vision" in cases:
         ensure_tool("llama-mtmd-cli")
         ensure_model(m["server_model"])

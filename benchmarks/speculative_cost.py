@@ -21,7 +21,6 @@ from peer_tools import ensure_tool, repack_args
 
 from llamacore import Batch, Context, Model
 
-DEPTH = 100             # tokens in the cache before each verify batch, as after a short prompt
 
 
 def draft_cost(target: Path, draft: Path, threads: int, wait_idle: Callable[[], None]) -> dict:
@@ -36,27 +35,27 @@ def draft_cost(target: Path, draft: Path, threads: int, wait_idle: Callable[[], 
     return out
 
 
-def verify_cost(target: Path, threads: int, rows: int = 5, rounds: int = 60) -> dict:
-    """v(k) for k = 1..rows: the time to decode k rows with logits after DEPTH cached tokens, over one
+def verify_cost(target: Path, threads: int, depth: int, rows: int = 5, rounds: int = 60) -> dict:
+    """v(k) for k = 1..rows: the time to decode k rows with logits after `depth` cached tokens, over one
     row's. In one process, the batch sizes alternate in rotating order each round, and v(k) is the
     median of the rounds' k-row / one-row ratios: a shared machine's slowdowns, which last seconds,
     hit a round's decodes alike, where separate runs of each size would not resolve 10%."""
     model = Model(target)
-    ctx = Context(model, n_ctx=DEPTH + rows, n_batch=DEPTH, n_ubatch=DEPTH, n_threads=threads,
+    ctx = Context(model, n_ctx=depth + rows, n_batch=depth, n_ubatch=depth, n_threads=threads,
                   n_threads_batch=threads, no_perf=True)
     rng = random.Random(0)
-    prompt = Batch(DEPTH)
-    prompt.add_sequence([rng.randrange(model.n_vocab) for _ in range(DEPTH)], 0, 0, logits_last=True)
+    prompt = Batch(depth)
+    prompt.add_sequence([rng.randrange(model.n_vocab) for _ in range(depth)], 0, 0, logits_last=True)
     ctx.decode(prompt)
 
     def seconds(k: int) -> float:
         batch = Batch(k)
         for i in range(k):
-            batch.add(rng.randrange(model.n_vocab), DEPTH + i, 0, True)
+            batch.add(rng.randrange(model.n_vocab), depth + i, 0, True)
         start = time.perf_counter()
         ctx.decode(batch)
         elapsed = time.perf_counter() - start
-        ctx.kv_remove(0, DEPTH, -1)
+        ctx.kv_remove(0, depth, -1)
         return elapsed
 
     sizes = list(range(1, rows + 1))
@@ -67,9 +66,26 @@ def verify_cost(target: Path, threads: int, rows: int = 5, rounds: int = 60) -> 
         for k in sizes[r % rows:] + sizes[:r % rows]:
             times[k].append(seconds(k))
     one = times[1]
-    return {"rounds": rounds, "depth": DEPTH,
+    return {"rounds": rounds, "depth": depth,
             "ms": {k: 1e3 * statistics.median(t) for k, t in times.items()},
             "v": {k: statistics.median(a / b for a, b in zip(t, one)) for k, t in times.items()}}
+
+
+def agreement(draft: Path, prompt: list[int], answer: list[int], threads: int) -> float:
+    """How often the draft's greedy token equals the target's next one while the draft reads the
+    target's own greedy `answer` after `prompt` (teacher-forced): the per-token acceptance that
+    draft_bound assumes. Accepted / drafted tokens is lower than this: a draft's tokens after its
+    first refused one are refused too."""
+    model = Model(draft)
+    tokens = prompt + answer[:-1]
+    ctx = Context(model, n_ctx=len(tokens), n_batch=len(tokens), n_ubatch=len(tokens), n_threads=threads,
+                  n_threads_batch=threads, no_perf=True)
+    batch = Batch(len(tokens))
+    for i, token in enumerate(tokens):
+        batch.add(token, i, 0, i >= len(prompt) - 1)
+    ctx.decode(batch)
+    guesses = ctx.all_logits().argmax(axis=1)
+    return sum(int(g) == t for g, t in zip(guesses, answer)) / len(answer)
 
 
 def draft_bound(acceptance: float, token_cost: float, v: dict[int, float]) -> tuple[float, int]:
