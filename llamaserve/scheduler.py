@@ -51,6 +51,11 @@ from llamaserve.speculative import DraftIndex, Drafter
 
 log = logging.getLogger(__name__)
 
+# After a rest, a draft model may read what it missed at up to this share of a plain step per token:
+# every rest then costs at most this share of its steps (a cheap draft reads everything; one that
+# costs half the model would lose more than its drafts win, and reads only the last few tokens)
+READ_SHARE = 0.05
+
 if TYPE_CHECKING:
     from llamacore._core import ImageChunk
 
@@ -297,8 +302,11 @@ class Scheduler:
                    slot.req.max_tokens - slot.generated - 1)
         if room <= 0 or slot.ngrams is None or not slot.pacing.may_draft():
             return []
+        # reading what the draft missed during a rest may cost a missed token at most READ_SHARE of
+        # a plain step (a draft model that reads slower starts over from the last few tokens)
+        plain = self.yardstick.plain_rate
         try:
-            proposal = slot.ngrams.propose(slot.cached + take, room)
+            proposal = slot.ngrams.propose(slot.cached + take, room, READ_SHARE / plain if plain else None)
         except Exception:                       # a draft is only a guess: the answer goes on without
             log.exception("drafting failed for sequence %d; this request continues without drafts", slot.seq)
             slot.ngrams = None

@@ -20,7 +20,10 @@ from typing import Any, Protocol
 class DraftIndex(Protocol):
     """One sequence's drafter: proposals after its growing context."""
 
-    def propose(self, context: Sequence[int], limit: int) -> list[int]: ...
+    def propose(self, context: Sequence[int], limit: int, read_budget: float | None = None) -> list[int]:
+        """Up to `limit` tokens after `context`; `read_budget`: the most seconds a token missed
+        since the last proposal may cost to read."""
+        ...
 
     def follow(self, context: Sequence[int]) -> bool:
         """Take in `context` now, before the first proposal after it (a prompt just decoded)."""
@@ -63,7 +66,7 @@ class PromptLookup:
     def index(self, seq: int = 0) -> NgramIndex:
         return NgramIndex(self)
 
-    def propose(self, context: Sequence[int], limit: int) -> list[int]:
+    def propose(self, context: Sequence[int], limit: int, read_budget: float | None = None) -> list[int]:
         """A proposal from a fresh index of `context` (a sequence's own index is cheaper)."""
         return self.index().propose(context, limit)
 
@@ -76,9 +79,9 @@ class NgramIndex:
         self.tokens: list[int] = []
         self.starts: dict[int, dict[tuple[int, ...], int]] = {n: {} for n in range(2, lookup.ngram + 1)}
 
-    def propose(self, context: Sequence[int], limit: int) -> list[int]:
+    def propose(self, context: Sequence[int], limit: int, read_budget: float | None = None) -> list[int]:
         """Draft tokens after `context`, which extends the context of the previous call (else the
-        index starts over)."""
+        index starts over); an index reads missed tokens at almost no cost (`read_budget` unused)."""
         self._sync(context)
         limit = min(limit, self.lookup.n_draft)
         if limit <= 0:

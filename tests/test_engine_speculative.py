@@ -106,6 +106,26 @@ def test_a_draft_after_a_rest_reads_every_token_it_missed(tiny_model_path):
     assert resting.known[:len(context)] == context
     assert draft.decodes - decodes == 1 + (len(resumed) - 1)    # the missed tokens in one batch, then the drafts
     assert resumed == fresh.propose(context, 4)
+    assert draft.read_seconds is not None and draft.read_seconds > 0      # timed on the 51 tokens
+
+
+def test_a_draft_that_reads_slowly_reads_only_the_last_tokens_after_a_rest(tiny_model_path):
+    """When reading a missed token costs more than the scheduler allows (`read_budget`), the draft
+    starts over from the last READ_WINDOW tokens: a slow reader must not pay for a whole rest."""
+    from llamacore import Model
+    from llamaserve.draft_model import READ_WINDOW, DraftModel
+
+    target = Model(str(tiny_model_path))
+    draft = DraftModel(DraftModelSpec(str(tiny_model_path), n_draft=4), target, n_seq=1, n_ctx_seq=256,
+                       n_threads=N_THREADS)
+    context, seq = PROMPTS[0], draft.index(0)
+    seq.propose(context[:10], 4)
+    draft.read_seconds = 1.0                       # as measured on a draft as slow as the model
+    decodes = draft.decodes
+    drafts = seq.propose(context, 4, read_budget=0.01)
+    assert seq.offset == len(context) - READ_WINDOW and seq.known[:len(context)] == context
+    assert draft.decodes - decodes == 1 + (len(drafts) - 1)    # the last READ_WINDOW tokens in one batch
+    assert len(drafts) == 4
 
 
 def test_a_draft_with_another_vocabulary_is_refused(tiny_model_path, tmp_path):

@@ -74,7 +74,7 @@ def test_a_failing_drafter_costs_the_request_nothing_but_its_drafts(caplog):
         def follow(self, context):
             return True
 
-        def propose(self, context, limit):
+        def propose(self, context, limit, read_budget=None):
             raise RuntimeError("draft context full")
 
     sched, log = Scheduler(1, n_batch=64, n_ctx_seq=256, drafter=Broken()), Log()
