@@ -36,7 +36,8 @@ from llamaserve.errors import EngineClosedError, QueueFullError
 from llamaserve.gen_request import Emitted, GenRequest, Sampled
 from llamaserve.request_sampling import RequestSamplers
 from llamaserve.prompt_cache import PromptCache
-from llamaserve.scheduler import Scheduler, StepPlan
+from llamaserve.scheduler import Scheduler
+from llamaserve.scheduler_plan import StepPlan
 from llamaserve.sequence_adapters import SequenceAdapters
 from llamaserve.sequence_kv import prepare_sequence, stash_idle
 from llamaserve.speculative import Drafter, PromptLookup

@@ -34,20 +34,18 @@ from the draft, so the accepted tokens are exactly what one-at-a-time decoding w
 
 from __future__ import annotations
 
-import enum
 import logging
 import time
 from collections import deque
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from llamacore.draft_pacing import DraftPacing, DraftYardstick
 from llamacore.events import EngineEvent, Failed, Finished, FinishReason, Token
 from llamacore.multimodal import image_boundary
-from llamacore.prefix import AdapterKey, common_prefix, reusable_prefix
+from llamacore.prefix import common_prefix, reusable_prefix
 from llamaserve.gen_request import Emitted, GenRequest, Sampled
-from llamaserve.prompt_cache import CachedPrompt, PromptCache
-from llamaserve.speculative import DraftIndex, Drafter
+from llamaserve.prompt_cache import PromptCache
+from llamaserve.scheduler_plan import Admission, Row, Slot, SlotState, StepPlan
+from llamaserve.speculative import Drafter
 
 log = logging.getLogger(__name__)
 
@@ -55,75 +53,6 @@ log = logging.getLogger(__name__)
 # every rest then costs at most this share of its steps (a cheap draft reads everything; one that
 # costs half the model would lose more than its drafts win, and reads only the last few tokens)
 READ_SHARE = 0.05
-
-if TYPE_CHECKING:
-    from llamacore._core import ImageChunk
-
-
-class SlotState(enum.Enum):
-    IDLE = "idle"
-    PREFILLING = "prefilling"
-    GENERATING = "generating"
-    FINISHED = "finished"
-
-
-@dataclass(eq=False)
-class Slot:
-    seq: int
-    state: SlotState = SlotState.IDLE
-    cached: list[int] = field(default_factory=list)    # tokens whose KV is in this sequence
-    adapters: AdapterKey = ()                          # the adapter set `cached` was computed with
-    req: GenRequest | None = None
-    pending: list[int] = field(default_factory=list)   # prompt left to decode, or the token to feed back
-    generated: int = 0
-    pacing: DraftPacing = field(default_factory=DraftPacing)
-    ngrams: DraftIndex | None = None                   # the drafter's state for this sequence
-
-
-@dataclass(frozen=True)
-class Admission:
-    """A request placed in a slot; the executor saves the slot's sequence to the prompt cache when
-    `evicted` is set (its adapters and tokens), loads `restore` into the slot when that is set, trims
-    the slot's KV to `keep` tokens, then, when `source` is set, shares that slot's first `shared`
-    positions into it (keep is 0 then)."""
-
-    slot: Slot
-    req: GenRequest
-    keep: int
-    source: Slot | None = None
-    shared: int = 0
-    restore: CachedPrompt | None = None     # a saved sequence to load into the slot first
-    evicted: tuple[AdapterKey, list[int]] | None = None   # what the slot held, to save before all that
-
-
-@dataclass(frozen=True)
-class Row:
-    """Tokens of one sequence in a batch; `sample` when the last one's logits are sampled.
-
-    The last `n_draft` tokens are drafts: the logits after each of the last n_draft + 1 tokens
-    are sampled in order until one differs from the draft.
-    """
-
-    slot: Slot
-    tokens: list[int]
-    pos: int
-    sample: bool
-    n_draft: int = 0
-    image: ImageChunk | None = None      # the tokens are an image's placeholders: decode its embeddings
-
-    @property
-    def draft(self) -> list[int]:
-        return self.tokens[len(self.tokens) - self.n_draft:] if self.n_draft else []
-
-
-@dataclass
-class StepPlan:
-    rows: list[Row]
-    sample: list[Row] = field(init=False)     # the rows whose last token is sampled, in row order
-
-    def __post_init__(self) -> None:
-        self.sample = [r for r in self.rows if r.sample]
-
 
 class Scheduler:
     """Slots, waiting requests and the policy that packs them into decode steps."""

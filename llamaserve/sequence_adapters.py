@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from llamacore import Context, LoraAdapter
 from llamacore.prefix import AdapterKey
-from llamaserve.scheduler import Admission
+from llamaserve.scheduler_plan import Admission
 
 
 class SequenceAdapters:

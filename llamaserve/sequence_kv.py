@@ -8,7 +8,8 @@ from collections.abc import Callable
 
 from llamacore import Context
 from llamaserve.prompt_cache import PromptCache
-from llamaserve.scheduler import Admission, Scheduler
+from llamaserve.scheduler import Scheduler
+from llamaserve.scheduler_plan import Admission
 
 
 def prepare_sequence(ctx: Context, a: Admission, scheduler: Scheduler, cache: PromptCache | None) -> None:

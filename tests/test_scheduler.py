@@ -11,7 +11,8 @@ from scheduler_steps import EOG, Log, run, step
 
 from llamacore.events import Failed, Finished, FinishReason
 from llamaserve.gen_request import Sampled
-from llamaserve.scheduler import Scheduler, SlotState
+from llamaserve.scheduler import Scheduler
+from llamaserve.scheduler_plan import SlotState
 
 A = (("a.gguf", 1.0),)
 B = (("b.gguf", 1.0),)
