@@ -6,7 +6,9 @@ timed runs that each start from a cleared KV cache. pp decodes n_prompt random t
 first) in one batch with only the last output; tg decodes n_gen single random tokens, each
 with an output and no sampling. The two sides alternate for ``--reps`` rounds of ``--runs``
 timed runs; medians and bests of the per-run tokens/s are compared, over all rounds and over
-the "quiet" rounds in which other processes used (almost) no CPU.
+the "quiet" rounds in which other processes used (almost) no CPU. Each also gets the median over
+rounds of the round's ours/peer ratio (sides.paired_ratio), which cancels the machine's slower drifts
+that a ratio of the pooled medians keeps.
 
 Usage: python benchmarks/bench_core.py [--model small|mid|PATH] [--dtype f16|q8_0|q4_0]
        [--threads N] [--reps N] [--runs N] [--fa auto|on|off] [--idle-wait S] [--quiet CORES]
@@ -27,6 +29,7 @@ from pathlib import Path
 
 from models import SPECS, ensure_model  # also puts the checkout on sys.path
 from peer_tools import ForeignLoad, ensure_tool, repack_args, wait_for_idle_cpus
+from sides import paired_ratio
 
 import llamacore
 from llamacore import Batch, Context, Model
@@ -136,7 +139,7 @@ def summarize(rounds: Rounds, quiet: float) -> dict[str, dict]:
     med = statistics.median
     calm = [r for r in rounds if max(r["load"].values()) < quiet]
     print(f"\n{'test':<7}{'rounds':<7}{'ours med':>10}{'peer med':>10}{'ratio':>7}"
-          f"{'ours best':>11}{'peer best':>11}{'ratio':>7}")
+          f"{'ours best':>11}{'peer best':>11}{'ratio':>7}{'paired':>8}")
     results: dict[str, dict] = {}
     for test in rounds[0]["ts"]["ours"]:
         for label, subset in (("all", rounds), ("quiet", calm)):
@@ -146,11 +149,13 @@ def summarize(rounds: Rounds, quiet: float) -> dict[str, dict]:
             peer = [x for r in subset for x in r["ts"]["peer"][test]]
             res = {"rounds": len(subset), "ours_median": med(ours), "peer_median": med(peer),
                    "ratio": med(ours) / med(peer), "ours_best": max(ours), "peer_best": max(peer),
-                   "ratio_best": max(ours) / max(peer)}
+                   "ratio_best": max(ours) / max(peer),
+                   "ratio_paired": paired_ratio([med(r["ts"]["ours"][test]) for r in subset],
+                                                [med(r["ts"]["peer"][test]) for r in subset])}
             results.setdefault(test, {})[label] = res
             print(f"{test:<7}{label + ' ' + str(len(subset)):<7}{res['ours_median']:>10.1f}"
                   f"{res['peer_median']:>10.1f}{res['ratio']:>7.3f}{res['ours_best']:>11.1f}"
-                  f"{res['peer_best']:>11.1f}{res['ratio_best']:>7.3f}")
+                  f"{res['peer_best']:>11.1f}{res['ratio_best']:>7.3f}{res['ratio_paired']:>8.3f}")
     if not calm:
         print(f"(no quiet round: other processes always took >= {quiet} cores)")
     return results

@@ -48,6 +48,9 @@ def core_rows(core: dict) -> list[Row]:
             q = r.get("quiet") or r["all"]
             which = "quiet rounds" if "quiet" in r else "all rounds, none quiet"
             rows.append((f"{test} {label} (tok/s, {which})", q["ours_median"], "llama-bench", q["peer_median"], ""))
+            if "ratio_paired" in q:     # reports before it had only the pooled medians
+                rows.append((f"{test} {label}: ours/llama-bench in each round, median of the rounds ({which})",
+                             q["ratio_paired"], "parity", 1.0, "x"))
     return rows
 
 
