@@ -27,11 +27,16 @@ def f16_model(tmp_path_factory):
     return llamacore.Model(path)
 
 
-def _one_at_a_time(model, prompt: list[int], rows: list[int], threads: int) -> np.ndarray:
+def _after_prompt(model, prompt: list[int], threads: int) -> llamacore.Context:
     ctx = make_ctx(model, n_threads=threads, n_threads_batch=threads)
     batch = llamacore.Batch(len(prompt))
     batch.add_sequence(prompt, 0, 0, logits_last=True)
     ctx.decode(batch)
+    return ctx
+
+
+def _one_at_a_time(model, prompt: list[int], rows: list[int], threads: int) -> np.ndarray:
+    ctx = _after_prompt(model, prompt, threads)
     out = []
     for i, token in enumerate(rows):
         one = llamacore.Batch(1)
@@ -42,10 +47,7 @@ def _one_at_a_time(model, prompt: list[int], rows: list[int], threads: int) -> n
 
 
 def _in_one_batch(model, prompt: list[int], rows: list[int], threads: int) -> np.ndarray:
-    ctx = make_ctx(model, n_threads=threads, n_threads_batch=threads)
-    batch = llamacore.Batch(len(prompt))
-    batch.add_sequence(prompt, 0, 0, logits_last=True)
-    ctx.decode(batch)
+    ctx = _after_prompt(model, prompt, threads)
     together = llamacore.Batch(len(rows))
     for i, token in enumerate(rows):
         together.add(token, len(prompt) + i, 0, True)
