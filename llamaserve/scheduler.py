@@ -54,6 +54,7 @@ log = logging.getLogger(__name__)
 # costs half the model would lose more than its drafts win, and reads only the last few tokens)
 READ_SHARE = 0.05
 
+
 class Scheduler:
     """Slots, waiting requests and the policy that packs them into decode steps."""
 
@@ -231,9 +232,7 @@ class Scheduler:
                    slot.req.max_tokens - slot.generated - 1)
         if room <= 0 or slot.ngrams is None or not slot.pacing.may_draft():
             return []
-        # reading what the draft missed during a rest may cost a missed token at most READ_SHARE of
-        # a plain step (a draft model that reads slower starts over from the last few tokens)
-        plain = self.yardstick.plain_rate
+        plain = self.yardstick.plain_rate       # tokens/s: READ_SHARE / plain is the read budget
         try:
             proposal = slot.ngrams.propose(slot.cached + take, room, READ_SHARE / plain if plain else None)
         except Exception:                       # a draft is only a guess: the answer goes on without
