@@ -23,6 +23,7 @@ pytestmark = [pytest.mark.server, pytest.mark.slow]
 
 KEY = "sk-admin-test"
 PROMPT = "Once upon a time"
+STREAMED = 200           # tokens of each answer that streams while its adapter is removed (n_ctx 256)
 
 
 @pytest.fixture(scope="module")
@@ -236,14 +237,15 @@ def test_load_and_unload_under_traffic(srv, client):
     assert add(srv, "busy", "rank8.gguf").status_code == 200
     jobs = [("busy", {}), ("busy", {}), ("busy", {}), ("cfg-a", {}), ("base", {"lora_adapters": {"lora-a": 0.5}}),
             ("base", {})]
-    refs = [complete(client, m, f"{PROMPT} {i}", 48, ignore_eos=True, **x) for i, (m, x) in enumerate(jobs)]
+    # long answers: the tiny model writes 48 tokens in a few ms, which a DELETE could arrive after
+    refs = [complete(client, m, f"{PROMPT} {i}", STREAMED, ignore_eos=True, **x) for i, (m, x) in enumerate(jobs)]
     assert len(set(refs)) == len(refs)
     unloads = counter(srv, "llamaserve_adapter_unloads_total", model="base", reason="removed")
 
     async def scenario():
         async with openai.AsyncOpenAI(base_url=srv.base_url + "/v1", api_key=KEY, max_retries=0) as c, \
                 httpx.AsyncClient(base_url=srv.base_url, headers=srv.headers(), timeout=60) as admin:
-            streams = [await c.completions.create(model=m, prompt=f"{PROMPT} {i}", max_tokens=48, temperature=0,
+            streams = [await c.completions.create(model=m, prompt=f"{PROMPT} {i}", max_tokens=STREAMED, temperature=0,
                                                   stream=True, extra_body={"ignore_eos": True, **x})
                        for i, (m, x) in enumerate(jobs)]
             iters = [s.__aiter__() for s in streams]
