@@ -13,7 +13,7 @@ import random
 
 import numpy as np
 import pytest
-from helpers import make_ctx
+from helpers import decode, make_ctx
 
 import llamacore
 from tiny_models import TinyModelSpec, write_model
@@ -39,9 +39,7 @@ def _logits(model, flash_attn: str, prompts: list[list[int]], rows: list[tuple[i
     ctx = make_ctx(model, n_ctx=1024, n_batch=256, n_seq_max=len(prompts), kv_unified=True,
                    n_threads=threads, n_threads_batch=threads, flash_attn=flash_attn)
     for seq, prompt in enumerate(prompts):
-        batch = llamacore.Batch(len(prompt))
-        batch.add_sequence(prompt, 0, seq, logits_last=True)
-        ctx.decode(batch)
+        decode(ctx, prompt, 0, seq)
     batch = llamacore.Batch(len(rows))
     pos = [len(p) for p in prompts]
     for seq, token in rows:
