@@ -2,7 +2,10 @@
 decoding its rows one at a time gives, on f16, q8_0 and q4_0 models. On x86, products of f16 weights
 with 2-8 columns take vendor/patches/0006's kernel, of q8_0 and unrepacked q4_0 weights 0007's
 (contiguous chunks of rows, tiles of up to 4 rows, a tail row by row), more columns tinyBLAS, one
-row ggml's dot product: a kernel that mixed up rows, columns, blocks or a thread's range would move logits by far
+row ggml's dot product. On CPUs with AMX, f16 weights whose matrices have a multiple of 32 rows take
+ggml's AMX buffer type, where products of up to 8 rows take vendor/patches/0009's kernel (blocks of 6
+weight rows with 2- and 4-row tails, every row block per weight block): the "f16-wide" model's every
+matrix does. A kernel that mixed up rows, columns, blocks or a thread's range would move logits by far
 more than the order of the sums does.
 """
 
@@ -23,6 +26,9 @@ SPECS = {
     # 112 wide with one KV head of 14: the K and V products have 14 rows, which the kernel's 4-row
     # tiles leave a 2-row tail of, on any number of threads
     "f16": TinyModelSpec(n_embd=112, n_layer=2, n_head=8, n_head_kv=1, n_ff=160, dtype="f16", seed=3),
+    # every matrix 32-row aligned (AMX CPUs: the AMX buffer type), 128 and 32000 rows leaving 2-row
+    # tails of 6-row weight blocks and 160 a 4-row tail; elsewhere 0006's kernel, as "f16"
+    "f16-wide": TinyModelSpec(n_embd=128, n_layer=2, n_head=4, n_head_kv=1, n_ff=160, dtype="f16", seed=7),
     # q8_0 rows are blocks of 32: 96 wide with one KV head of 12, whose 4-row chunks the kernel's
     # 3-row tiles (5-6 columns) leave a 1-row tail of
     "q8_0": TinyModelSpec(n_embd=96, n_layer=2, n_head=8, n_head_kv=1, n_ff=160, dtype="q8_0", seed=5),

@@ -58,7 +58,8 @@ def _cpu_has_amx():
 # q8_0, in llama-bench too). On AMX CPUs llamacore keeps quantized weights out of it
 # (GGML_CPU_AMX_QUANTIZED=0, vendor/patches/0003, set before the backend starts unless the
 # environment sets it): they take the repack buffer type (q4_0 prompts ~30% faster than unrepacked),
-# and F16 weights keep AMX's kernels (~10% faster generation), which do not crash. Where the
+# and F16 weights keep AMX's kernels (faster generation, more so with vendor/patches/0009's
+# prefetching), which do not crash. Where the
 # environment lets quantized weights into AMX (GGML_CPU_AMX_QUANTIZED=1), a quantized model's
 # weights are not put in extra buffer types unless asked.
 _AMX_CPU = _cpu_has_amx()
