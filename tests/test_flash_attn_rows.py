@@ -3,7 +3,8 @@ an f16 KV cache (token generation, a speculative verify batch, a few sequences' 
 kernel that works through the cache in blocks of 64 keys for all the rows of a group of query heads
 at once. It must give what plain attention (flash_attn off, another code path) gives, within the
 rounding of the sums: for every row, head and sequence, over a cache of several blocks and a part
-of one, with heads whose width is no multiple of the vector width, on 1-3 threads. A kernel that
+of one and over 600 cached tokens (one row there once took ggml's split-KV path), with heads whose
+width is no multiple of the vector width, on 1-3 threads. A kernel that
 mixed up rows, heads, keys, blocks or masks would move the logits by far more.
 """
 
@@ -39,7 +40,8 @@ def _logits(model, flash_attn: str, prompts: list[list[int]], rows: list[tuple[i
     ctx = make_ctx(model, n_ctx=1024, n_batch=256, n_seq_max=len(prompts), kv_unified=True,
                    n_threads=threads, n_threads_batch=threads, flash_attn=flash_attn)
     for seq, prompt in enumerate(prompts):
-        decode(ctx, prompt, 0, seq)
+        for start in range(0, len(prompt), 256):           # n_batch tokens at a time
+            decode(ctx, prompt[start:start + 256], start, seq)
     batch = llamacore.Batch(len(rows))
     pos = [len(p) for p in prompts]
     for seq, token in rows:
@@ -72,6 +74,17 @@ def test_rows_of_several_sequences_match_plain_attention(model, threads):
     prompts = [[rng.randrange(3, model.n_vocab) for _ in range(n)] for n in (PROMPT, 20, 90)]
     rows = [(seq, rng.randrange(3, model.n_vocab)) for seq in (0, 1, 2, 2, 0, 1, 2)]
     _assert_close(model, prompts, rows, threads)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_rows_over_a_long_cache_match_plain_attention(model, threads):
+    """One row over 512 cached tokens or more, which took ggml's split-KV path before the kernel
+    did, and a few rows: 600 cached tokens in a cache view padded past them."""
+    rng = random.Random(20 + threads)
+    prompt = [rng.randrange(3, model.n_vocab) for _ in range(600)]
+    for n_rows in (1, 3):
+        rows = [(0, rng.randrange(3, model.n_vocab)) for _ in range(n_rows)]
+        _assert_close(model, [prompt], rows, threads)
 
 
 def test_a_long_batch_keeps_the_tiled_kernel(model):
