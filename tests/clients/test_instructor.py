@@ -18,9 +18,10 @@ import openai  # noqa: E402
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
+# every request decodes greedily (temperature=0): a sampled answer of the random tiny model may hold
+# bytes that are no UTF-8, which the grammar counts as fewer characters than Python decodes them to
+# (a name over its max_length)
 MESSAGES = [{"role": "user", "content": "Describe a city"}]
-# greedy: a sampled answer of the random tiny model may hold bytes that are no UTF-8, which the
-# grammar counts as fewer characters than Python decodes them to (a name over its max_length)
 MODES = ["TOOLS", "JSON_SCHEMA"]      # TOOLS_STRICT: deprecated by instructor in favour of TOOLS
 
 
