@@ -10,9 +10,14 @@ the "quiet" rounds in which other processes used (almost) no CPU. Each also gets
 rounds of the round's ours/peer ratio (sides.paired_ratio), which cancels the machine's slower drifts
 that a ratio of the pooled medians keeps.
 
+With ``--control`` each round also runs llama-bench a second time ("control") and reports its ratio
+to the first run as ours is reported: two sides that are the same program, so how far that ratio
+strays from 1.0 is how far this machine lets identical sides differ. Our side calls the same C
+functions as llama-bench, so a ratio of ours within the control's spread is no measured difference.
+
 Usage: python benchmarks/bench_core.py [--model small|mid|PATH] [--dtype f16|q8_0|q4_0]
        [--threads N] [--reps N] [--runs N] [--fa auto|on|off] [--idle-wait S] [--quiet CORES]
-       [--json OUT]
+       [--control] [--json OUT]
 """
 
 from __future__ import annotations
@@ -129,6 +134,16 @@ def run_peer(bench: Path, model_path: Path, s: Settings) -> dict[str, list[float
 
 
 Rounds = list[dict]  # per round: {"first": side, "load": {side: cores}, "ts": {side: {test: [t/s]}}}
+SIDES = ("ours", "peer", "control")  # control: llama-bench again, when asked for
+
+
+def _paired(subset: Rounds, side: str, test: str) -> dict[str, float | None]:
+    """``side``/peer per round: the median of the rounds and the lowest and highest round."""
+    med = statistics.median
+    per_round = [med(r["ts"][side][test]) / med(r["ts"]["peer"][test]) for r in subset]
+    return {"median": paired_ratio([med(r["ts"][side][test]) for r in subset],
+                                   [med(r["ts"]["peer"][test]) for r in subset]),
+            "low": min(per_round), "high": max(per_round)}
 
 
 def summarize(rounds: Rounds, quiet: float) -> dict[str, dict]:
@@ -147,15 +162,22 @@ def summarize(rounds: Rounds, quiet: float) -> dict[str, dict]:
                 continue
             ours = [x for r in subset for x in r["ts"]["ours"][test]]
             peer = [x for r in subset for x in r["ts"]["peer"][test]]
+            paired = _paired(subset, "ours", test)
             res = {"rounds": len(subset), "ours_median": med(ours), "peer_median": med(peer),
                    "ratio": med(ours) / med(peer), "ours_best": max(ours), "peer_best": max(peer),
-                   "ratio_best": max(ours) / max(peer),
-                   "ratio_paired": paired_ratio([med(r["ts"]["ours"][test]) for r in subset],
-                                                [med(r["ts"]["peer"][test]) for r in subset])}
+                   "ratio_best": max(ours) / max(peer), "ratio_paired": paired["median"],
+                   "ratio_paired_range": [paired["low"], paired["high"]]}
+            line = (f"{test:<7}{label + ' ' + str(len(subset)):<7}{res['ours_median']:>10.1f}"
+                    f"{res['peer_median']:>10.1f}{res['ratio']:>7.3f}{res['ours_best']:>11.1f}"
+                    f"{res['peer_best']:>11.1f}{res['ratio_best']:>7.3f}{res['ratio_paired']:>8.3f}"
+                    f" (rounds {paired['low']:.3f}-{paired['high']:.3f})")
+            if "control" in subset[0]["ts"]:
+                control = _paired(subset, "control", test)
+                res["control_paired"] = control["median"]
+                res["control_paired_range"] = [control["low"], control["high"]]
+                line += f"; control {control['median']:.3f} ({control['low']:.3f}-{control['high']:.3f})"
             results.setdefault(test, {})[label] = res
-            print(f"{test:<7}{label + ' ' + str(len(subset)):<7}{res['ours_median']:>10.1f}"
-                  f"{res['peer_median']:>10.1f}{res['ratio']:>7.3f}{res['ours_best']:>11.1f}"
-                  f"{res['peer_best']:>11.1f}{res['ratio_best']:>7.3f}{res['ratio_paired']:>8.3f}")
+            print(line)
     if not calm:
         print(f"(no quiet round: other processes always took >= {quiet} cores)")
     return results
@@ -164,9 +186,11 @@ def summarize(rounds: Rounds, quiet: float) -> dict[str, dict]:
 def print_round(i: int, r: dict) -> None:
     """One line per round: per-test median ratio and the foreign load on each side."""
     med = statistics.median
-    parts = [f"{t} {med(r['ts']['ours'][t]) / med(r['ts']['peer'][t]):.3f}" for t in r["ts"]["ours"]]
-    print(f"round {i + 1} ({r['first']} first): ratio " + ", ".join(parts)
-          + f"; other load ours {r['load']['ours']:.2f}, peer {r['load']['peer']:.2f} cores", flush=True)
+    parts = [f"{t} {med(r['ts'][side][t]) / med(r['ts']['peer'][t]):.3f}" + ("" if side == "ours" else " (control)")
+             for side in r["ts"] if side != "peer" for t in r["ts"][side]]
+    loads = ", ".join(f"{side} {cores:.2f}" for side, cores in r["load"].items())
+    print(f"round {i + 1} ({r['first']} first): ratio to peer " + ", ".join(parts)
+          + f"; other load {loads} cores", flush=True)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -181,6 +205,8 @@ def main(argv: list[str] | None = None) -> dict:
                     help="max seconds to wait for idle CPUs before each side's run (0: never)")
     ap.add_argument("--quiet", type=float, default=0.25,
                     help="a round is quiet when other processes used fewer cores than this")
+    ap.add_argument("--control", action="store_true",
+                    help="also run llama-bench a second time in each round: the spread of identical sides")
     ap.add_argument("--json", type=Path, help="write all samples and results here")
     args = ap.parse_args(argv)
 
@@ -195,8 +221,9 @@ def main(argv: list[str] | None = None) -> dict:
           f"up to {args.idle_wait:g}s for {s.threads} idle CPUs (busy cores stall spinning threads)")
 
     rounds: Rounds = []
+    sides = SIDES if args.control else SIDES[:2]
     for i in range(args.reps):
-        order = ("ours", "peer") if i % 2 == 0 else ("peer", "ours")
+        order = sides[i % len(sides):] + sides[:i % len(sides)]  # each side first in turn
         r: dict = {"first": order[0], "load": {}, "ts": {}}
         for side in order:
             if args.idle_wait > 0:

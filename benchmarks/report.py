@@ -51,6 +51,11 @@ def core_rows(core: dict) -> list[Row]:
             if "ratio_paired" in q:     # reports before it had only the pooled medians
                 rows.append((f"{test} {label}: ours/llama-bench in each round, median of the rounds ({which})",
                              q["ratio_paired"], "parity", 1.0, "x"))
+            if "control_paired" in q:   # llama-bench against itself: how far identical sides differ here
+                low, high = q["control_paired_range"]
+                rows.append((f"{test} {label}: control, llama-bench/llama-bench in each round, median of the rounds "
+                             f"(rounds {low:.3f}-{high:.3f}; ours {q['ratio_paired_range'][0]:.3f}-"
+                             f"{q['ratio_paired_range'][1]:.3f})", q["control_paired"], "parity", 1.0, "x"))
     return rows
 
 

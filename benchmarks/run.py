@@ -67,6 +67,7 @@ MODES = {
               "spec_args": ["--reps", "1", "--n-gen", "96", "--retries", "0", "--groups", "random,copy,sibling"]},
     "full": {"core_models": [f"{s}-{d}" for s in ("small", "mid") for d in ("f16", "q8_0", "q4_0")],
              "core_reps": 9, "core_runs": 5, "idle_wait": 30,     # 9 rounds: targets within 2%, noisy machines
+             "core_control": True,  # llama-bench against itself in each round: the spread of identical sides
              "llm_models": "tiny,small,mid,tiny-q4_0,small-q4_0,mid-q4_0", "attention_models": "small-f16,mid-q4_0",
              "llm_reps": 7, "llm_runs": 3, "switch_model": "small", "switch_reps": 10,
              "load_model": "mid", "load_reps": 5, "server_model": "small",
@@ -86,7 +87,7 @@ def _core(m: dict, threads: int, workdir: Path) -> dict:
         size, dtype = label.split("-")
         out[label] = bench_core.main(["--model", size, "--dtype", dtype, "--threads", str(threads),
                                       "--reps", str(m["core_reps"]), "--runs", str(m["core_runs"]),
-                                      "--idle-wait", str(m["idle_wait"])])
+                                      "--idle-wait", str(m["idle_wait"]), *(["--control"] if m.get("core_control") else [])])
     return out
 
 
