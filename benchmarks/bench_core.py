@@ -140,10 +140,9 @@ SIDES = ("ours", "peer", "control")  # control: llama-bench again, when asked fo
 def _paired(subset: Rounds, side: str, test: str) -> dict[str, float | None]:
     """``side``/peer per round: the median of the rounds and the lowest and highest round."""
     med = statistics.median
-    per_round = [med(r["ts"][side][test]) / med(r["ts"]["peer"][test]) for r in subset]
-    return {"median": paired_ratio([med(r["ts"][side][test]) for r in subset],
-                                   [med(r["ts"]["peer"][test]) for r in subset]),
-            "low": min(per_round), "high": max(per_round)}
+    ours, peer = ([med(r["ts"][name][test]) for r in subset] for name in (side, "peer"))
+    per_round = [x / y for x, y in zip(ours, peer)]
+    return {"median": paired_ratio(ours, peer), "low": min(per_round), "high": max(per_round)}
 
 
 def summarize(rounds: Rounds, quiet: float) -> dict[str, dict]:
