@@ -1,8 +1,8 @@
 """A batch of a few rows (a few sequences, a speculative verify batch) gives the logits that
 decoding its rows one at a time gives, on f16, q8_0 and q4_0 models. On x86, products of f16 weights
-with 2-8 columns take vendor/patches/0006's kernel, of q8_0 and unrepacked q4_0 weights 0007's
-(contiguous chunks of rows, tiles of up to 4 rows, a tail row by row), more columns tinyBLAS, one
-row ggml's dot product. On CPUs with AMX, f16 weights whose matrices have a multiple of 32 rows take
+with 1-8 columns take vendor/patches/0006's kernel (with 0012's one-column tile), of q8_0 and
+unrepacked q4_0 weights with 2-8 columns 0007's (contiguous chunks of rows, tiles of up to 4 rows, a
+tail row by row), more columns tinyBLAS, one row of q8_0 or q4_0 ggml's dot product. On CPUs with AMX, f16 weights whose matrices have a multiple of 32 rows take
 ggml's AMX buffer type, where products of up to 8 rows take vendor/patches/0009's kernel (blocks of 6
 weight rows with 2- and 4-row tails, every row block per weight block): the "f16-wide" model's every
 matrix does. A kernel that mixed up rows, columns, blocks or a thread's range would move logits by far
