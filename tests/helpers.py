@@ -48,6 +48,34 @@ def decode(ctx, tokens, pos0=0, seq_id=0):
     return ctx.logits().copy()
 
 
+def logits_one_at_a_time(ctx, tokens, pos0, seq_id=0):
+    """Each of `tokens` decoded alone, in order from position `pos0`; their logits, one row each."""
+    import numpy as np
+
+    import llamacore
+
+    out = []
+    for i, token in enumerate(tokens):
+        one = llamacore.Batch(1)
+        one.add(token, pos0 + i, seq_id, True)
+        ctx.decode(one)
+        out.append(np.array(ctx.logits(-1)))
+    return np.stack(out)
+
+
+def logits_in_one_batch(ctx, tokens, pos0, seq_id=0):
+    """`tokens` decoded as one batch from position `pos0`, every row with logits."""
+    import numpy as np
+
+    import llamacore
+
+    batch = llamacore.Batch(len(tokens))
+    for i, token in enumerate(tokens):
+        batch.add(token, pos0 + i, seq_id, True)
+    ctx.decode(batch)
+    return np.array(ctx.all_logits())
+
+
 def greedy_generate(ctx, model, prompt, n):
     """`n` argmax tokens after `prompt`, decoded one at a time on sequence 0 of `ctx`."""
     import numpy as np

@@ -19,7 +19,7 @@ import random
 
 import numpy as np
 import pytest
-from helpers import decode, make_ctx
+from helpers import decode, logits_in_one_batch, logits_one_at_a_time, make_ctx
 
 import llamacore
 from llamacore.quantize import quantize
@@ -53,19 +53,10 @@ def test_batch_rows_equal_one_row_decodes(model, flash_attn, threads):
     decode(ctx, [rng.randrange(3, model.n_vocab) for _ in range(PROMPT)])
     for k in ROWS:
         tokens = [rng.randrange(3, model.n_vocab) for _ in range(k)]
-        one_by_one = []
-        for i, token in enumerate(tokens):
-            batch = llamacore.Batch(1)
-            batch.add(token, PROMPT + i, 0, True)
-            ctx.decode(batch)
-            one_by_one.append(np.array(ctx.logits(-1)))
+        one_by_one = logits_one_at_a_time(ctx, tokens, PROMPT)
         ctx.kv_remove(0, PROMPT, -1)
-        batch = llamacore.Batch(k)
-        for i, token in enumerate(tokens):
-            batch.add(token, PROMPT + i, 0, True)
-        ctx.decode(batch)
-        together = np.array(ctx.all_logits())
+        together = logits_in_one_batch(ctx, tokens, PROMPT)
         ctx.kv_remove(0, PROMPT, -1)
         differ = [i for i in range(k) if not np.array_equal(one_by_one[i], together[i])]
         assert not differ, (f"{k} rows: rows {differ} differ from one-row decodes by up to "
-                            f"{np.abs(np.stack(one_by_one) - together).max():.3g}")
+                            f"{np.abs(one_by_one - together).max():.3g}")

@@ -2,11 +2,12 @@
 decoding its rows one at a time gives, on f16, q8_0 and q4_0 models. On x86, products of f16 weights
 with 1-8 columns take vendor/patches/0006's kernel (with 0012's one-column tile), of q8_0 and
 unrepacked q4_0 weights with 2-8 columns 0007's (contiguous chunks of rows, tiles of up to 4 rows, a
-tail row by row), more columns tinyBLAS, one row of q8_0 or q4_0 ggml's dot product. On CPUs with AMX, f16 weights whose matrices have a multiple of 32 rows take
-ggml's AMX buffer type, where products of up to 8 rows take vendor/patches/0009's kernel (blocks of 6
-weight rows with 2- and 4-row tails, every row block per weight block): the "f16-wide" model's every
-matrix does. A kernel that mixed up rows, columns, blocks or a thread's range would move logits by far
-more than the order of the sums does.
+tail row by row), more columns tinyBLAS, one row of q8_0 or q4_0 ggml's dot product. On CPUs with
+AMX, f16 weights whose matrices have a multiple of 32 rows take ggml's AMX buffer type, where
+products of up to 8 rows take vendor/patches/0009's kernel (blocks of 6 weight rows with 2- and
+4-row tails, every row block per weight block): the "f16-wide" model's every matrix does. A kernel
+that mixed up rows, columns, blocks or a thread's range would move logits by far more than the
+order of the sums does.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from helpers import make_ctx
+from helpers import logits_in_one_batch, logits_one_at_a_time, make_ctx
 
 import llamacore
 from llamacore.quantize import quantize
@@ -56,23 +57,11 @@ def _after_prompt(model, prompt: list[int], threads: int) -> llamacore.Context:
 
 
 def _one_at_a_time(model, prompt: list[int], rows: list[int], threads: int) -> np.ndarray:
-    ctx = _after_prompt(model, prompt, threads)
-    out = []
-    for i, token in enumerate(rows):
-        one = llamacore.Batch(1)
-        one.add(token, len(prompt) + i, 0, True)
-        ctx.decode(one)
-        out.append(np.array(ctx.logits(-1)))
-    return np.stack(out)
+    return logits_one_at_a_time(_after_prompt(model, prompt, threads), rows, len(prompt))
 
 
 def _in_one_batch(model, prompt: list[int], rows: list[int], threads: int) -> np.ndarray:
-    ctx = _after_prompt(model, prompt, threads)
-    together = llamacore.Batch(len(rows))
-    for i, token in enumerate(rows):
-        together.add(token, len(prompt) + i, 0, True)
-    ctx.decode(together)
-    return np.array(ctx.all_logits())
+    return logits_in_one_batch(_after_prompt(model, prompt, threads), rows, len(prompt))
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
