@@ -4,10 +4,11 @@ time. Speculative decoding's greedy answers rest on it: a verify batch (the last
 drafts) must pick the tokens plain decoding picks, also where two logits nearly tie, and the keys
 and values it leaves in the cache must be those plain decoding leaves.
 
-f16 and f32 weights and KV caches, flash attention off (attention's products go through the matrix
+f16, bf16 and f32 weights, f16 and f32 KV caches, flash attention off (attention's products go through the matrix
 kernels), on, and for prompts only; 1 and 2 threads; batches of 1-12 rows (9 and more take tinyBLAS,
 which must sum in the same order). Before 0012 every row of a 2-row batch differed from its one-row
-decode in f16 with flash attention off, by up to 1e-3 in the logits.
+decode in f16 with flash attention off, by up to 1e-3 in the logits; before 0014 every row of a
+2-row batch in bf16 (tinyBLAS for 2 rows and more, ggml's dot-product loop for one), by up to 0.05.
 
 Q4_K weights (every matrix; x86 with AVX2 repacks them, vendor/patches/0013): one row takes the
 repacked gemv, 4 rows and more the gemm, which before 0013 rounded otherwise, and K-quant
@@ -34,12 +35,13 @@ PROMPT = 100
 ROWS = (1, 2, 3, 5, 8, 9, 12)
 
 
-@pytest.fixture(scope="module", params=[*sorted(SPECS), "q4_k"])
+@pytest.fixture(scope="module", params=[*sorted(SPECS), "bf16", "q4_k"])
 def model(request, tmp_path_factory):
     folder = tmp_path_factory.mktemp(f"batch_invariance_{request.param}")
-    if request.param == "q4_k":      # the f16 model's weights, every matrix Q4_K
+    if request.param in ("bf16", "q4_k"):     # the f16 model's weights, every matrix bf16 or Q4_K
         f16 = write_model(folder / "f16.gguf", SPECS["f16"])
-        return llamacore.Model(quantize(f16, folder / "q4_k.gguf", "q4_k_m", pure=True))
+        ftype = "bf16" if request.param == "bf16" else "q4_k_m"
+        return llamacore.Model(quantize(f16, folder / f"{request.param}.gguf", ftype, pure=True))
     return llamacore.Model(write_model(folder / f"{request.param}.gguf", SPECS[request.param]))
 
 
