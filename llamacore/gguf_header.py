@@ -81,12 +81,14 @@ class GGUFMetadata:
     ``values`` is {key: (value type, value)}; an array's value is (item type, count, items),
     items only for integer arrays of up to 4096 entries (else None). Strings are decoded with
     replacement characters. ``duplicate_token`` is (token bytes, first id, second id) for the
-    first token of tokenizer.ggml.tokens that occurs twice, or None. ``tensors`` is {name: ne}.
+    first token of tokenizer.ggml.tokens that occurs twice, or None. ``tensors`` is {name: ne},
+    ``tensor_types`` {name: ggml type id}.
     """
 
     values: dict[str, tuple[int, Any]]
     duplicate_token: tuple[bytes, int, int] | None
     tensors: dict[str, tuple[int, ...]]
+    tensor_types: dict[str, int]
 
 
 class _Cursor:
@@ -263,6 +265,7 @@ def _walk(buf: mmap.mmap) -> GGUFMetadata:
         else:
             raise _Unparsed()
     tensors: dict[str, tuple[int, ...]] = {}
+    types: dict[str, int] = {}
     for _ in range(n_tensors):
         name = cur.raw_string().decode("utf-8", "replace")
         n_dims = cur.unpack("I")
@@ -270,8 +273,9 @@ def _walk(buf: mmap.mmap) -> GGUFMetadata:
             raise _Unparsed()
         cur.need(8 * n_dims + 12)
         tensors[name] = struct.unpack_from(f"<{n_dims}Q", cur.buf, cur.pos)
+        types[name] = struct.unpack_from("<I", cur.buf, cur.pos + 8 * n_dims)[0]
         cur.pos += 8 * n_dims + 12           # ne[], type, offset
-    return GGUFMetadata(values, duplicate, tensors)
+    return GGUFMetadata(values, duplicate, tensors, types)
 
 
 def _array(cur: _Cursor, seen: dict[bytes, int] | None) -> tuple[tuple[int, int, tuple | None], Any]:

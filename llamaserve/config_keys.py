@@ -146,8 +146,8 @@ def _speculative(v: Any) -> dict[str, Any]:
     if not isinstance(draft, str) or not draft:
         raise Invalid(f"draft_model: expected ngram (drafts by prompt lookup) or the path of a draft GGUF model, "
                       f"got {draft!r}")
-    try:
-        n_draft = integer(1, 64)(v.get("n_draft", 8))
+    try:       # absent: None, which the engine makes speculative.default_n_draft(model)
+        n_draft = integer(1, 64)(v["n_draft"]) if "n_draft" in v else None
     except Invalid as e:
         raise Invalid(f"n_draft: {e}") from None
     if draft == "ngram":

@@ -73,7 +73,7 @@ def build_engine(entry: ModelEntry, config: ServerConfig, label: str, watch: Sup
     if isolation(entry) == "process":
         spec = {**options, **_worker_spec(model, config, label), "speculative": speculative, "projector": projector}
         return WorkerEngine(spec, **_worker_options(entry, label, watch))
-    drafter = drafter_spec(speculative) if speculative else None
+    drafter = drafter_spec(speculative, model) if speculative else None
     return Engine(os.fspath(model), [], speculative=drafter, projector_path=projector, **options)
 
 

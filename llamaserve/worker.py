@@ -45,7 +45,8 @@ class EngineHost:
             spec["model"], [], parallel=spec["parallel"], max_queue=spec["max_queue"], n_ctx=spec["n_ctx"],
             kv_unified=spec["kv_unified"], share_prefixes=spec["share_prefixes"], cache_ram=spec["cache_ram"],
             seed=spec.get("seed"),
-            speculative=drafter_spec(speculative) if speculative else None, projector_path=spec.get("projector"),
+            speculative=drafter_spec(speculative, spec["model"]) if speculative else None,
+            projector_path=spec.get("projector"),
             model_kwargs=spec["model_kwargs"], context_kwargs=spec["context_kwargs"])
         self.chunks = ChunkCache(self.engine.projector) if self.engine.projector is not None else None
         self.requests: dict[int, GenRequest] = {}

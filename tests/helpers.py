@@ -76,6 +76,29 @@ def logits_in_one_batch(ctx, tokens, pos0, seq_id=0):
     return np.array(ctx.all_logits())
 
 
+def assert_batch_rows_equal_one_row_decodes(model, rows, *, threads=2, flash_attn="on", kv_type="f16",
+                                            prompt=100):
+    """For k in `rows`: k random tokens decoded as one batch after a `prompt`-token context have
+    bitwise the logits of the same tokens decoded one at a time."""
+    import random
+
+    import numpy as np
+
+    ctx = make_ctx(model, n_ctx=512, n_batch=128, n_threads=threads, n_threads_batch=threads,
+                   flash_attn=flash_attn, type_k=kv_type, type_v=kv_type)
+    rng = random.Random(threads)
+    decode(ctx, [rng.randrange(3, model.n_vocab) for _ in range(prompt)])
+    for k in rows:
+        tokens = [rng.randrange(3, model.n_vocab) for _ in range(k)]
+        one_by_one = logits_one_at_a_time(ctx, tokens, prompt)
+        ctx.kv_remove(0, prompt, -1)
+        together = logits_in_one_batch(ctx, tokens, prompt)
+        ctx.kv_remove(0, prompt, -1)
+        differ = [i for i in range(k) if not np.array_equal(one_by_one[i], together[i])]
+        assert not differ, (f"{k} rows: rows {differ} differ from one-row decodes by up to "
+                            f"{np.abs(one_by_one - together).max():.3g}")
+
+
 def greedy_generate(ctx, model, prompt, n):
     """`n` argmax tokens after `prompt`, decoded one at a time on sequence 0 of `ctx`."""
     import numpy as np

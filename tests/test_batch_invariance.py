@@ -16,11 +16,8 @@ activations are quantized again at every product, so the logits moved by up to 0
 
 from __future__ import annotations
 
-import random
-
-import numpy as np
 import pytest
-from helpers import decode, logits_in_one_batch, logits_one_at_a_time, make_ctx
+from helpers import assert_batch_rows_equal_one_row_decodes
 
 import llamacore
 from llamacore.quantize import quantize
@@ -31,7 +28,6 @@ SPECS = {
     "f16": TinyModelSpec(n_embd=256, n_layer=2, n_head=4, n_head_kv=2, n_ff=512, dtype="f16", seed=21),
     "f32": TinyModelSpec(n_embd=128, n_layer=2, n_head=2, n_head_kv=1, n_ff=256, dtype="f32", seed=22),
 }
-PROMPT = 100
 ROWS = (1, 2, 3, 5, 8, 9, 12)
 
 
@@ -49,16 +45,4 @@ def model(request, tmp_path_factory):
 @pytest.mark.parametrize("flash_attn", ["off", "on", "prompts"])
 def test_batch_rows_equal_one_row_decodes(model, flash_attn, threads):
     kv_type = "f32" if model.path.endswith("f32.gguf") else "f16"
-    ctx = make_ctx(model, n_ctx=512, n_batch=128, n_threads=threads, n_threads_batch=threads,
-                   flash_attn=flash_attn, type_k=kv_type, type_v=kv_type)
-    rng = random.Random(threads)
-    decode(ctx, [rng.randrange(3, model.n_vocab) for _ in range(PROMPT)])
-    for k in ROWS:
-        tokens = [rng.randrange(3, model.n_vocab) for _ in range(k)]
-        one_by_one = logits_one_at_a_time(ctx, tokens, PROMPT)
-        ctx.kv_remove(0, PROMPT, -1)
-        together = logits_in_one_batch(ctx, tokens, PROMPT)
-        ctx.kv_remove(0, PROMPT, -1)
-        differ = [i for i in range(k) if not np.array_equal(one_by_one[i], together[i])]
-        assert not differ, (f"{k} rows: rows {differ} differ from one-row decodes by up to "
-                            f"{np.abs(one_by_one - together).max():.3g}")
+    assert_batch_rows_equal_one_row_decodes(model, ROWS, threads=threads, flash_attn=flash_attn, kv_type=kv_type)
