@@ -4,11 +4,13 @@ time. Speculative decoding's greedy answers rest on it: a verify batch (the last
 drafts) must pick the tokens plain decoding picks, also where two logits nearly tie, and the keys
 and values it leaves in the cache must be those plain decoding leaves.
 
-f16, bf16 and f32 weights, f16 and f32 KV caches, flash attention off (attention's products go through the matrix
-kernels), on, and for prompts only; 1 and 2 threads; batches of 1-12 rows (9 and more take tinyBLAS,
-which must sum in the same order). Before 0012 every row of a 2-row batch differed from its one-row
+f16, bf16, f32 and unrepacked IQ4_NL weights, f16 and f32 KV caches, flash attention off
+(attention's products go through the matrix kernels), on, and for prompts only; 1 and 2 threads;
+batches of 1-12 rows (9 and more take tinyBLAS, which must sum in the same order). Before 0012 every row of a 2-row batch differed from its one-row
 decode in f16 with flash attention off, by up to 1e-3 in the logits; before 0014 every row of a
-2-row batch in bf16 (tinyBLAS for 2 rows and more, ggml's dot-product loop for one), by up to 0.05.
+2-row batch in bf16 (tinyBLAS for 2 rows and more, ggml's dot-product loop for one), by up to 0.05;
+before 0015 likewise in IQ4_NL weights where they are not repacked (the dot product summed even and
+odd blocks apart), by up to 0.18.
 
 Q4_K weights (every matrix; x86 with AVX2 repacks them, vendor/patches/0013): one row takes the
 repacked gemv, 4 rows and more the gemm, which before 0013 rounded otherwise, and K-quant
@@ -31,13 +33,15 @@ SPECS = {
 ROWS = (1, 2, 3, 5, 8, 9, 12)
 
 
-@pytest.fixture(scope="module", params=[*sorted(SPECS), "bf16", "q4_k"])
+@pytest.fixture(scope="module", params=[*sorted(SPECS), "bf16", "q4_k", "iq4_nl"])
 def model(request, tmp_path_factory):
     folder = tmp_path_factory.mktemp(f"batch_invariance_{request.param}")
-    if request.param in ("bf16", "q4_k"):     # the f16 model's weights, every matrix bf16 or Q4_K
+    if request.param in ("bf16", "q4_k", "iq4_nl"):    # the f16 model's weights, every matrix of that type
         f16 = write_model(folder / "f16.gguf", SPECS["f16"])
-        ftype = "bf16" if request.param == "bf16" else "q4_k_m"
-        return llamacore.Model(quantize(f16, folder / f"{request.param}.gguf", ftype, pure=True))
+        ftype = {"bf16": "bf16", "q4_k": "q4_k_m", "iq4_nl": "iq4_nl"}[request.param]
+        path = quantize(f16, folder / f"{request.param}.gguf", ftype, pure=True)
+        # IQ4_NL as stored: x86 repacks it where the repack buffer type is on
+        return llamacore.Model(path, use_extra_bufts=request.param != "iq4_nl")
     return llamacore.Model(write_model(folder / f"{request.param}.gguf", SPECS[request.param]))
 
 
