@@ -18,15 +18,16 @@ from os import PathLike
 
 from llamacore.gguf_header import INT_TYPES, MAGIC, GGUFMetadata, ValueType, read_metadata
 
-__all__ = ["check_gguf_file"]
+__all__ = ["check_gguf_file", "tensor_types"]
 
 _LLAMA_MAX_LAYERS = 512          # llama-hparams.h
 _LLAMA_MAX_EXPERTS = 1024
 _ROPE_SCALING_TYPES = ("none", "linear", "yarn", "longrope")
 
 # files that passed, by (path, what, inode, size, mtime): a reload after an idle unload, a second
-# context or an adapter re-added skips reading the header again; any change to the file re-checks
-_PASSED: OrderedDict[tuple, None] = OrderedDict()
+# context or an adapter re-added skips reading the header again; any change to the file re-checks.
+# The value: the ggml types of the file's tensors (tensor_types), None where the header was not parsed
+_PASSED: OrderedDict[tuple, frozenset[int] | None] = OrderedDict()
 _PASSED_MAX = 256
 _PASSED_LOCK = threading.Lock()
 
@@ -37,6 +38,16 @@ def check_gguf_file(path: str | PathLike[str], what: str) -> str:
     `what` is "model", "LoRA adapter" or "projector" (it picks the checks and names the file in
     messages).
     """
+    return _checked(path, what)[0]
+
+
+def tensor_types(path: str | PathLike[str]) -> frozenset[int] | None:
+    """The ggml types of a model file's tensors, from the header `check_gguf_file` reads (read once
+    for both); None where it could not be parsed. Raises as check_gguf_file does."""
+    return _checked(path, "model")[1]
+
+
+def _checked(path: str | PathLike[str], what: str) -> tuple[str, frozenset[int] | None]:
     path = os.fspath(path)
     if not os.path.exists(path):
         raise FileNotFoundError(errno.ENOENT, f"{what} file not found", path)
@@ -47,26 +58,29 @@ def check_gguf_file(path: str | PathLike[str], what: str) -> str:
     with _PASSED_LOCK:
         if key in _PASSED:
             _PASSED.move_to_end(key)
-            return path
-    _check(path, what)
+            return path, _PASSED[key]
+    types = _check(path, what)
     with _PASSED_LOCK:
-        _PASSED[key] = None
+        _PASSED[key] = types
         if len(_PASSED) > _PASSED_MAX:
             _PASSED.popitem(last=False)
-    return path
+    return path, types
 
 
-def _check(path: str, what: str) -> None:
+def _check(path: str, what: str) -> frozenset[int] | None:
+    """Raises for a file llama.cpp cannot read or would abort on; its tensors' types otherwise."""
     with open(path, "rb") as f:
         magic = f.read(4)
     if magic != MAGIC:
         raise ValueError(f"{path} is not a GGUF file (starts with {magic!r}, expected b'GGUF')")
     header = read_metadata(path)
-    if header is not None:
-        check = {"model": _model_problems, "projector": _projector_problems}.get(what, _adapter_problems)
-        problems = check(header)
-        if problems:
-            raise ValueError(f"{path} is not a valid {what}: " + "; ".join(problems))
+    if header is None:
+        return None
+    check = {"model": _model_problems, "projector": _projector_problems}.get(what, _adapter_problems)
+    problems = check(header)
+    if problems:
+        raise ValueError(f"{path} is not a valid {what}: " + "; ".join(problems))
+    return frozenset(header.tensor_types.values())
 
 
 def _model_problems(header: GGUFMetadata) -> list[str]:

@@ -13,22 +13,13 @@ Pure Python: the scheduler asks `PromptLookup` for drafts, and a sequence's
 from __future__ import annotations
 
 import os
-import platform
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 
-from llamacore.gguf_header import read_metadata
+from llamacore.batch_rows import exact_rows
 
 DEFAULT_N_DRAFT = 8
-# ggml types whose products x86 builds of ggml take to its tiled kernels from 8 rows on
-# (ggml-cpu/tiled): Q2_K-Q6_K and the i-quants but IQ4_NL. Those round otherwise than one row's
-# products, so where two logits nearly tie, a verify batch of 8 rows or more could pick another
-# token than plain decoding. Q4_K_M files hold Q6_K tensors, and `llama-quantize` gives even
-# q4_0 files a Q6_K output layer.
-TILED_TYPES = frozenset({10, 11, 12, 13, 14, 16, 17, 18, 19, 21, 22, 23, 29})
-TILED_N_DRAFT = 6                       # a draft and the token before it: 7 rows
 
 
 class DraftIndex(Protocol):
@@ -65,27 +56,11 @@ def drafter_spec(settings: dict[str, Any], model: str | os.PathLike[str]) -> Any
 
 
 def default_n_draft(model: str | os.PathLike[str]) -> int:
-    """8, or 6 where ggml's tiled kernels would take this model's verify batches of 8 rows: x86,
-    weights of TILED_TYPES, and GGML_CPU_TILED_MM not 0 (ggml reads it as C's atoi does). So that
-    a sequence's greedy answer is its plain decoding's also where two logits nearly tie."""
-    if platform.machine().lower() not in ("x86_64", "amd64", "i386", "i686"):
-        return DEFAULT_N_DRAFT
-    switch = os.environ.get("GGML_CPU_TILED_MM")
-    if switch is not None and _atoi(switch) == 0:
-        return DEFAULT_N_DRAFT
-    meta = read_metadata(Path(model))
-    if meta is not None and TILED_TYPES.isdisjoint(meta.tensor_types.values()):
-        return DEFAULT_N_DRAFT
-    return TILED_N_DRAFT
-
-
-def _atoi(text: str) -> int:
-    """C's atoi: an optional sign and the digits after leading white space, 0 without any."""
-    digits = text.lstrip(" \t\n\v\f\r")
-    sign = -1 if digits[:1] == "-" else 1
-    digits = digits[1:] if digits[:1] in "+-" and digits else digits
-    count = len(digits) - len(digits.lstrip("0123456789"))
-    return sign * int(digits[:count]) if count else 0
+    """8, or fewer where ggml computes `model`'s batches of 8 rows otherwise than one row
+    (llamacore.batch_rows): a sequence's verify batch, its next token and the drafts, then stays
+    within the rows that give plain decoding's greedy answers also where two logits nearly tie."""
+    rows = exact_rows(model)
+    return DEFAULT_N_DRAFT if rows is None else min(DEFAULT_N_DRAFT, rows - 1)
 
 
 @dataclass(frozen=True)

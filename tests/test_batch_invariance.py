@@ -6,11 +6,11 @@ and values it leaves in the cache must be those plain decoding leaves.
 
 f16, bf16, f32 and unrepacked IQ4_NL weights, f16 and f32 KV caches, flash attention off
 (attention's products go through the matrix kernels), on, and for prompts only; 1 and 2 threads;
-batches of 1-12 rows (9 and more take tinyBLAS, which must sum in the same order). Before 0012 every row of a 2-row batch differed from its one-row
-decode in f16 with flash attention off, by up to 1e-3 in the logits; before 0014 every row of a
-2-row batch in bf16 (tinyBLAS for 2 rows and more, ggml's dot-product loop for one), by up to 0.05;
-before 0015 likewise in IQ4_NL weights where they are not repacked (the dot product summed even and
-odd blocks apart), by up to 0.18.
+batches of 1-12 rows (9 and more take tinyBLAS, which must sum in the same order). Before 0012
+every row of a 2-row batch differed from its one-row decode in f16 with flash attention off, by up
+to 1e-3 in the logits; before 0014 every row of a 2-row batch in bf16 (tinyBLAS for 2 rows and
+more, ggml's dot-product loop for one), by up to 0.05; before 0015 likewise in IQ4_NL weights where
+they are not repacked (the dot product summed even and odd blocks apart), by up to 0.15.
 
 Q4_K weights (every matrix; x86 with AVX2 repacks them, vendor/patches/0013): one row takes the
 repacked gemv, 4 rows and more the gemm, which before 0013 rounded otherwise, and K-quant

@@ -1,24 +1,22 @@
 """An n_draft the config leaves out: 8, or 6 where ggml's tiled kernels would take a model's verify
-batches of 8 rows (llamaserve.speculative.default_n_draft), so that speculative decoding's greedy
+batches of 8 rows (llamaserve.speculative.default_n_draft, llamacore.batch_rows), so that speculative decoding's greedy
 answers stay those of plain decoding also where two logits nearly tie: those kernels round
 otherwise than one-row products (about 90% of the outputs of a random Q6_K product of 8-16 rows
 differ in the last bits), and under 8 rows ggml computes each row as it computes one alone."""
 
 from __future__ import annotations
 
-import platform
-
 import pytest
 from helpers import assert_batch_rows_equal_one_row_decodes
 
 import llamacore
 from llamacore.quantize import quantize
+from llamacore.batch_rows import TILED_EXACT_ROWS, X86
 from llamaserve.config import load_config
-from llamaserve.speculative import DEFAULT_N_DRAFT, TILED_N_DRAFT, default_n_draft, drafter_spec
+from llamaserve.speculative import DEFAULT_N_DRAFT, default_n_draft, drafter_spec
 from tiny_models import TinyModelSpec, write_model
 
 SPEC = TinyModelSpec(n_embd=256, n_layer=2, n_head=4, n_head_kv=2, n_ff=512, dtype="f16", seed=23)
-X86 = platform.machine().lower() in ("x86_64", "amd64")
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +31,7 @@ def models(tmp_path_factory):
 @pytest.mark.skipif(not X86, reason="ggml's tiled kernels are x86's")
 def test_models_with_tiled_weights_draft_six(models, monkeypatch):
     monkeypatch.delenv("GGML_CPU_TILED_MM", raising=False)
-    assert default_n_draft(models["q4_k_m"]) == default_n_draft(models["q6_k"]) == TILED_N_DRAFT == 6
+    assert default_n_draft(models["q4_k_m"]) == default_n_draft(models["q6_k"]) == TILED_EXACT_ROWS - 1 == 6
     # every matrix of these two files is f16 or q8_0
     assert default_n_draft(models["f16"]) == default_n_draft(models["q8_0"]) == DEFAULT_N_DRAFT == 8
     monkeypatch.setenv("GGML_CPU_TILED_MM", "0")      # ggml keeps those weights on the one-row kernels
@@ -53,4 +51,4 @@ def test_config_without_n_draft_takes_the_models_default(models, tmp_path, monke
 
 def test_q6_k_verify_batches_of_seven_rows_equal_one_row_decodes(models):
     """What the default rests on: below 8 rows a Q6_K product's rows are one-row products."""
-    assert_batch_rows_equal_one_row_decodes(llamacore.Model(models["q6_k"]), (2, TILED_N_DRAFT + 1))
+    assert_batch_rows_equal_one_row_decodes(llamacore.Model(models["q6_k"]), (2, TILED_EXACT_ROWS))
