@@ -10,7 +10,7 @@ the other (the order alternates); medians over reps.
   itself (``-lv 4``), "mtmd batch encoding done in N ms" + "image decoded (batch i/n) in N ms"
   (whole milliseconds), so model loading and warmup are left out.
 * ours: one Model, Context and Projector loaded once; each rep clears the KV cache, decodes the
-  text before the image (untimed) and times ``llamacore.multimodal.decode_image`` (encode + decode)
+  text before the image (untimed) and times ``llamacore.vision.prompt.decode_image`` (encode + decode)
   at the position after it, as llama-mtmd-cli does. The split into encode and decode comes from a
   thin wrapper around the projector's ``encode``.
 
@@ -37,7 +37,7 @@ from peer_tools import ForeignLoad, ensure_tool, repack_env, wait_for_idle_cpus
 
 import llamacore
 from llamacore import Batch, Context, Model, Projector
-from llamacore.multimodal import decode_image
+from llamacore.vision.prompt import decode_image
 
 N_CTX, N_BATCH, N_UBATCH = 2048, 2048, 512
 PROMPT = "Describe the picture."

@@ -1,8 +1,8 @@
 """llamacore: a direct Cython binding of llama.cpp with a llama-cpp-python compatible `Llama`.
 
 The compiled extension (llamacore._core, which loads llama.cpp and initialises its backends)
-is imported on first use of one of its names, so the pure-Python modules (chat_format,
-json_grammar, gbnf, tool_calls, gguf_header, options) import without the native library.
+is imported on first use of one of its names, so the pure-Python subpackages (gguf, grammar, chat,
+generation, vision) import without the native library.
 """
 
 import importlib as _importlib
@@ -21,32 +21,26 @@ _EXPORTS = {
     "llama_cpp_version": "_core", "max_parallel_sequences": "_core", "set_verbose": "_core",
     "supports_gpu_offload": "_core", "system_info": "_core",
     "ContextFullError": "errors", "DecodeAbortedError": "errors", "DecodeError": "errors",
-    "Llama": "llama", "LlamaGrammar": "llama_grammar", "LogitsProcessorList": "processors", "StoppingCriteriaList": "processors",
+    "Llama": "llama", "LlamaGrammar": "llama_grammar",
+    "LogitsProcessorList": "generation.processors", "StoppingCriteriaList": "generation.processors",
     # llama-cpp-python's top-level names for its caches, states and tokenizers
     "BaseLlamaCache": "llama_cache", "LlamaCache": "llama_cache", "LlamaDiskCache": "llama_cache",
     "LlamaRAMCache": "llama_cache", "LlamaState": "llama_cache", "BaseLlamaTokenizer": "llama_tokenizer",
     "LlamaTokenizer": "llama_tokenizer",
 }
 
-__all__ = [
-    "Batch", "Context", "ContextFullError", "DecodeAbortedError", "DecodeError", "Image", "ImageChunk", "Llama", "LlamaGrammar", "LogitsProcessorList",
-    "LoraAdapter", "Model", "Projector", "Sampler", "StoppingCriteriaList", "TokenLoop", "llama_cpp_version", "max_parallel_sequences", "set_verbose",
-    "supports_gpu_offload", "system_info", "BaseLlamaCache", "LlamaCache", "LlamaDiskCache", "LlamaRAMCache",
-    "LlamaState", "BaseLlamaTokenizer", "LlamaTokenizer",
-]
-
 # llama-cpp-python's llama_types names, at the top level as its `from .llama_types import *` puts them
 from llamacore.llama_types import __all__ as _TYPES
 
 _EXPORTS.update({name: "llama_types" for name in _TYPES if name not in _EXPORTS})
-__all__.extend(name for name in _TYPES if name not in __all__)
 
 # llama.cpp's integer constants that Llama(...) takes (LLAMA_SPLIT_MODE_LAYER, GGML_TYPE_Q8_0, ...), as
 # llama-cpp-python exposes them; a pure-Python module, so this loads nothing native.
-from llamacore.llama_constants import __all__ as _CONSTANTS
+from llamacore.llama_cpp import __all__ as _CONSTANTS
 
-_EXPORTS.update(dict.fromkeys(_CONSTANTS, "llama_constants"))
-__all__.extend(_CONSTANTS)
+_EXPORTS.update(dict.fromkeys(_CONSTANTS, "llama_cpp"))
+
+__all__ = list(_EXPORTS)        # the one list of exports (tests/test_exports.py holds TYPE_CHECKING to it)
 
 if _TYPE_CHECKING:
     from llamacore._core import (
@@ -66,11 +60,11 @@ if _TYPE_CHECKING:
         system_info,
     )
     from llamacore.errors import ContextFullError, DecodeAbortedError, DecodeError
+    from llamacore.generation.processors import LogitsProcessorList, StoppingCriteriaList
     from llamacore.llama import Llama
     from llamacore.llama_cache import BaseLlamaCache, LlamaCache, LlamaDiskCache, LlamaRAMCache, LlamaState
     from llamacore.llama_grammar import LlamaGrammar
     from llamacore.llama_tokenizer import BaseLlamaTokenizer, LlamaTokenizer
-    from llamacore.processors import LogitsProcessorList, StoppingCriteriaList
 
 
 def _version() -> str:

@@ -20,33 +20,37 @@ from typing import Any, Self
 import numpy as np
 import numpy.typing as npt
 
-from llamacore import chat
-from llamacore import llama_constants as lc
+from llamacore import llama_cpp as lc
 from llamacore._core import Batch, Context, LoraAdapter, Model, set_verbose
-from llamacore.chat import ChatMethods
-from llamacore.completion import Completions
-from llamacore.embedding import Embeddings, sequences_per_decode
-from llamacore.llama_cache import BaseLlamaCache, CacheAndState, longest_token_prefix
-from llamacore.llama_hub import download
-from llamacore.draft_pacing import DraftPacing
-from llamacore.llama_speculative import draft_source
-from llamacore.llama_options import check_unsupported, context_options, is_vision_handler, numa_strategy, option_name
+from llamacore._llama.chat import ChatMethods
+from llamacore._llama.completion import Completions
+from llamacore._llama.drafts import draft_source
+from llamacore._llama.embedding import Embeddings, sequences_per_decode
+from llamacore._llama.generation import Generation
+from llamacore._llama.hub import download
+from llamacore._llama.options import check_unsupported, context_options, numa_strategy, option_name
+from llamacore._llama.state import CacheAndState
+from llamacore._llama.tokens import TokenLevel
+from llamacore._llama.vision_handler import is_vision_handler
+from llamacore.chat import prompt as chat
+from llamacore.generation.draft_pacing import DraftPacing
+from llamacore.generation.kv_reuse import AdapterKey, adapter_key
+from llamacore.llama_cache import BaseLlamaCache, longest_token_prefix
 from llamacore.llama_tokenizer import LlamaTokenizer
-from llamacore.llama_generation import Generation
-from llamacore.llama_tokens import TokenLevel
-from llamacore.media import MediaPolicy
-from llamacore.multimodal import load_projector
-from llamacore.prefix import AdapterKey, adapter_key
+from llamacore.vision.media import MediaPolicy
+from llamacore.vision.prompt import load_projector
 
 _log = logging.getLogger(__name__)
+
 
 class Llama(TokenLevel, Generation, CacheAndState, Completions, ChatMethods, Embeddings):
     """Load a GGUF model (plus any LoRA adapters) and run completions, chat and embeddings.
 
-    Its parts by concept: TokenLevel (llamacore.llama_tokens: the context's tokens, eval/sample/
-    generate), Generation (llamacore.llama_generation: the completions' token loop and its drafts),
-    CacheAndState (llamacore.llama_cache: states and the prompt cache), Completions (llamacore.completion), ChatMethods
-    (llamacore.chat), Embeddings (llamacore.embedding).
+    Its parts by concept: TokenLevel (llamacore._llama.tokens: the context's tokens, eval/sample/
+    generate), Generation (llamacore._llama.generation: the completions' token loop and its drafts),
+    CacheAndState (llamacore._llama.state: states and the prompt cache), Completions
+    (llamacore._llama.completion), ChatMethods (llamacore._llama.chat), Embeddings
+    (llamacore._llama.embedding). What they share is declared once, in llamacore._llama.host.
     """
 
     def __init__(
@@ -193,10 +197,10 @@ class Llama(TokenLevel, Generation, CacheAndState, Completions, ChatMethods, Emb
         self.n_threads_batch = self.ctx.n_threads_batch
         self._batch = Batch(self.ctx.n_batch)
         self.embed_decodes = 0                   # decode (or encode) calls embeddings made, for metrics
-        self._cached: list[int] = []             # tokens whose KV entries sit in sequence 0
+        self._cached = []             # tokens whose KV entries sit in sequence 0
         self._cache_key: tuple = ()             # adapter set those entries were computed with
         self.logits_all = logits_all
-        self._scores: npt.NDArray[np.single] | None = (
+        self._scores = (
             np.zeros((self.ctx.n_ctx, self.model.n_vocab), dtype=np.single) if logits_all else None)
         self.last_n_tokens_size = last_n_tokens_size
         self.cache: BaseLlamaCache | None = None
@@ -227,7 +231,7 @@ class Llama(TokenLevel, Generation, CacheAndState, Completions, ChatMethods, Emb
         clip_model_path = clip_model_path or (getattr(chat_handler, "clip_model_path", None) if vision_handler else None)
         self.projector = load_projector(self.model, clip_model_path, n_threads) if clip_model_path else None
         self.media_policy = media_policy or MediaPolicy()
-        self._embd_batch: Batch | None = None
+        self._embd_batch = None
 
     # -- lifetime ----------------------------------------------------------------------------
 

@@ -6,27 +6,22 @@ In llama-cpp-python a vision handler owns the projector and the prompt format. H
 the projector itself (llamacore.Projector, one per model) and renders images like any other part
 of a chat, so a handler only names the projector file and, for LLaVA-1.5, its prompt format.
 
-The formatters live in llamacore.llama_chat_formatters; each named one is registered here as a
+The formatters live in llamacore._llama.chat_formatters; each named one is registered here as a
 handler (`get_chat_completion_handler("chatml")`), which runs a completion on a `Llama` with the
 prompt the formatter writes.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, Protocol, Self
+from collections.abc import Callable
+from typing import Any
 
-from llamacore.chat_format import TEMPLATES
-from llamacore.llama_chat_formatters import (
+from llamacore._llama.chat_formatters import (
+    FORMATTERS,
     ChatFormatter,
     ChatFormatterResponse,
-    FORMATTERS,
     Jinja2ChatFormatter,
-    Messages,
-    hf_autotokenizer_to_chat_formatter,
-    hf_tokenizer_config_to_chat_formatter,
     format_alpaca,
     format_baichuan,
     format_baichuan2,
@@ -50,13 +45,11 @@ from llamacore.llama_chat_formatters import (
     format_snoozy,
     format_vicuna,
     format_zephyr,
+    hf_autotokenizer_to_chat_formatter,
+    hf_tokenizer_config_to_chat_formatter,
 )
-from llamacore.llama_hub import download
-
-if TYPE_CHECKING:
-    from llamacore.llama import Llama
-
-LLAVA_15_TEMPLATE = TEMPLATES["llava-1-5"]
+from llamacore._llama.chat_jinja import LlamaChatCompletionHandler, chat_formatter_to_chat_completion_handler
+from llamacore._llama.vision_handler import LLAVA_15_TEMPLATE, Llava15ChatHandler, MTMDChatHandler
 
 # HuggingFace chat templates llama-cpp-python recognises in GGUF metadata (data, compared exactly)
 CHATML_CHAT_TEMPLATE = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] "
@@ -98,12 +91,6 @@ __all__ = [
 
 
 # -- chat completion handlers ----------------------------------------------------------------
-
-class LlamaChatCompletionHandler(Protocol):
-    """Runs a chat completion on `llama`: a chat.completion, or an iterator of chunks when streaming."""
-
-    def __call__(self, *, llama: Llama, messages: Messages, **kwargs: Any) -> Any: ...
-
 
 class LlamaChatCompletionHandlerNotFoundException(Exception):
     pass
@@ -152,52 +139,6 @@ def register_chat_format(name: str) -> Callable[[Any], Any]:
     return register
 
 
-def chat_formatter_to_chat_completion_handler(chat_formatter: ChatFormatter) -> LlamaChatCompletionHandler:
-    """A handler that completes the prompt `chat_formatter` writes, stopping at its stop strings.
-
-    Sampling keywords go to the completion; any other keyword is a template variable for the formatter.
-    """
-    def chat_completion_handler(*, llama: Llama, messages: Messages, functions: list | None = None,
-                                function_call: Any = None, tools: list | None = None, tool_choice: Any = None,
-                                temperature: float = 0.2, stream: bool = False, stop: str | list[str] | None = None,
-                                max_tokens: int | None = None, model: str | None = None,
-                                response_format: dict | None = None, grammar: Any = None,
-                                logprobs: bool | None = None, top_logprobs: int | None = None,
-                                logits_processor: Any = None, tfs_z: float = 1.0, **kwargs: Any) -> Any:
-        from llamacore.chat import _chat_chunks
-        from llamacore.responses import ChatStream, ChoiceOutput, Envelope, usage
-        from llamacore.sampling import SamplingParams, check_tfs_z
-
-        check_tfs_z(tfs_z)
-        if isinstance(tool_choice, dict) or isinstance(function_call, dict):
-            raise ValueError("a chat format handler cannot force a tool call; use Llama.create_chat_completion, "
-                             "which follows the model's template for tools")
-        fields = {f.name for f in dataclasses.fields(SamplingParams)} - {"grammar"}
-        sampling = {k: kwargs.pop(k) for k in list(kwargs) if k in fields}
-        result = chat_formatter(messages=messages, functions=functions, function_call=function_call, tools=tools,
-                                tool_choice=tool_choice, **kwargs)
-        tokens = llama.tokenize(result.prompt.encode("utf-8"), add_bos=not result.added_special, special=True)
-        stops = [stop] if isinstance(stop, str) else list(stop or [])
-        if result.stop is not None:
-            stops += [result.stop] if isinstance(result.stop, str) else list(result.stop)
-        params = llama._sampling_params(temperature=temperature, response_format=response_format, grammar=grammar,
-                                        **sampling)
-        events, n_prompt = llama._completion_events(tokens, params, max_tokens=max_tokens, stop=stops,
-                                                    logprobs=(top_logprobs or 0) if logprobs else None,
-                                                    logits_processor=logits_processor,
-                                                    stopping_criteria=result.stopping_criteria, stream=stream)
-        envelope = Envelope.new("chatcmpl", model or llama.model_path)
-        if stream:
-            chunks: Iterator[Any] = _chat_chunks(events, ChatStream(envelope, ChoiceOutput(), None, None))
-            return chunks
-        output = ChoiceOutput()
-        for event in events:
-            output.add(event)
-        return envelope.chat([output.chat_choice(None)], usage(n_prompt, output.n_generated))
-
-    return chat_completion_handler
-
-
 def hf_autotokenizer_to_chat_completion_handler(pretrained_model_name_or_path: str | os.PathLike[str]
                                                 ) -> LlamaChatCompletionHandler:
     return chat_formatter_to_chat_completion_handler(hf_autotokenizer_to_chat_formatter(pretrained_model_name_or_path))
@@ -222,33 +163,3 @@ for _name, _formatter in FORMATTERS.items():
 
 
 # -- vision ----------------------------------------------------------------------------------
-
-class MTMDChatHandler:
-    """A projector for `Llama`; the model's own chat template formats the conversation."""
-
-    chat_template: str | None = None
-
-    def __init__(self, clip_model_path: str | os.PathLike, verbose: bool = True, use_gpu: bool = True) -> None:
-        self.clip_model_path = os.fspath(clip_model_path)
-        self.verbose = verbose
-        self.use_gpu = use_gpu
-
-    @classmethod
-    def from_pretrained(cls, repo_id: str, filename: str | None, local_dir: str | os.PathLike[str] | None = None,
-                        local_dir_use_symlinks: bool | str = "auto", cache_dir: str | os.PathLike[str] | None = None,
-                        **kwargs: Any) -> Self:
-        """The handler for the projector `filename` (a name or glob matching one file at the top of
-        the repository, as llama-cpp-python looks) of a Hugging Face Hub repository, fetched as
-        `Llama.from_pretrained` fetches models; `kwargs` go to the constructor."""
-        path = download(repo_id, filename, None, local_dir, local_dir_use_symlinks, cache_dir, top_level_only=True)
-        return cls(clip_model_path=path, **kwargs)
-
-
-class Llava15ChatHandler(MTMDChatHandler):
-    """A LLaVA-1.5 projector and its USER/ASSISTANT prompt format."""
-
-    chat_template = LLAVA_15_TEMPLATE
-
-    def __init__(self, clip_model_path: str | os.PathLike, verbose: bool = True) -> None:
-        super().__init__(clip_model_path, verbose)
-

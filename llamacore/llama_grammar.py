@@ -11,7 +11,7 @@ import json
 import os
 from typing import Any
 
-from llamacore.json_grammar import schema_to_grammar
+from llamacore.grammar.json_schema import schema_to_grammar
 
 
 class LlamaGrammar:

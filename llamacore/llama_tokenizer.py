@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from llamacore._core import Model
-    from llamacore.llama import Llama
 
 __all__ = ["BaseLlamaTokenizer", "LlamaHFTokenizer", "LlamaTokenizer"]
 
@@ -34,7 +33,7 @@ def _suffix(whole: bytes, before: bytes) -> bytes:
 class LlamaTokenizer(BaseLlamaTokenizer):
     """The vocabulary of a GGUF model: `LlamaTokenizer(llama)` (a Llama, or a llamacore.Model)."""
 
-    def __init__(self, llama: Llama | Model) -> None:
+    def __init__(self, llama: Any) -> None:
         model: Any = getattr(llama, "model", llama)             # a Llama holds its Model as .model
         self._model: Model = model
 

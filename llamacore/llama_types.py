@@ -1,39 +1,129 @@
-"""OpenAI's completion, chat, chunk and embedding shapes as TypedDicts, under the names of
-llama-cpp-python's `llama_types` (so code typed against it type-checks here); llamacore.responses
-builds them. The request shapes (llamacore.llama_request_types) are re-exported here, as
-llama-cpp-python's module holds both."""
+"""OpenAI's request shapes (messages, content parts, tools) and its completion, chat, chunk and
+embedding shapes as TypedDicts, under the names of llama-cpp-python's `llama_types` (so code typed
+against it type-checks here); llamacore.chat.openai builds the responses."""
 
 from __future__ import annotations
 
-from typing import Any, Literal, NotRequired, Optional, Required, TypedDict
+from typing import Any, Literal, NotRequired, Optional, Required, TypedDict, Union
 
-from llamacore.llama_request_types import (  # lcp's llama_types holds the request shapes too
-    ChatCompletionFunction,
-    ChatCompletionFunctionCallOption,
-    ChatCompletionFunctionParameters,
-    ChatCompletionFunctions,
-    ChatCompletionMessageToolCallFunction,
-    ChatCompletionNamedToolChoice,
-    ChatCompletionNamedToolChoiceFunction,
-    ChatCompletionRequestAssistantMessage,
-    ChatCompletionRequestAssistantMessageFunctionCall,
-    ChatCompletionRequestFunctionCall,
-    ChatCompletionRequestFunctionCallOption,
-    ChatCompletionRequestFunctionMessage,
-    ChatCompletionRequestMessage,
-    ChatCompletionRequestMessageContentPart,
-    ChatCompletionRequestMessageContentPartImage,
-    ChatCompletionRequestMessageContentPartImageImageUrl,
-    ChatCompletionRequestMessageContentPartText,
-    ChatCompletionRequestResponseFormat,
-    ChatCompletionRequestSystemMessage,
-    ChatCompletionRequestToolMessage,
-    ChatCompletionRequestUserMessage,
-    ChatCompletionTool,
-    ChatCompletionToolChoiceOption,
-    ChatCompletionToolFunction,
-    JsonType,
-)
+# -- requests: messages, content parts, tools, functions --------------------------------------
+
+JsonType = Union[None, int, str, bool, list[Any], dict[str, Any]]
+
+
+class ChatCompletionFunction(TypedDict):
+    name: str
+    description: NotRequired[str]
+    parameters: dict[str, JsonType]
+
+
+ChatCompletionFunctions = ChatCompletionFunction
+
+
+class ChatCompletionFunctionCallOption(TypedDict):
+    name: str
+
+
+class ChatCompletionRequestResponseFormat(TypedDict):
+    type: Literal["text", "json_object"]
+    schema: NotRequired[JsonType]
+
+
+class ChatCompletionRequestMessageContentPartText(TypedDict):
+    type: Literal["text"]
+    text: str
+
+
+class ChatCompletionRequestMessageContentPartImageImageUrl(TypedDict):
+    url: str
+    detail: NotRequired[Literal["auto", "low", "high"]]
+
+
+class ChatCompletionRequestMessageContentPartImage(TypedDict):
+    type: Literal["image_url"]
+    image_url: str | ChatCompletionRequestMessageContentPartImageImageUrl
+
+
+ChatCompletionRequestMessageContentPart = Union[ChatCompletionRequestMessageContentPartText,
+                                                ChatCompletionRequestMessageContentPartImage]
+
+
+class ChatCompletionRequestSystemMessage(TypedDict):
+    role: Literal["system"]
+    content: str | None
+
+
+class ChatCompletionRequestUserMessage(TypedDict):
+    role: Literal["user"]
+    content: str | list[ChatCompletionRequestMessageContentPart] | None
+
+
+class ChatCompletionMessageToolCallFunction(TypedDict):
+    name: str
+    arguments: str
+
+
+class ChatCompletionRequestAssistantMessageFunctionCall(TypedDict):
+    name: str
+    arguments: str
+
+
+class ChatCompletionRequestAssistantMessage(TypedDict):
+    role: Literal["assistant"]
+    content: NotRequired[str]
+    tool_calls: NotRequired[list[Any]]            # ChatCompletionMessageToolCall (llama_types)
+    function_call: NotRequired[ChatCompletionRequestAssistantMessageFunctionCall]   # deprecated by OpenAI
+
+
+class ChatCompletionRequestToolMessage(TypedDict):
+    role: Literal["tool"]
+    content: str | None
+    tool_call_id: str
+
+
+class ChatCompletionRequestFunctionMessage(TypedDict):
+    role: Literal["function"]
+    content: str | None
+    name: str
+
+
+ChatCompletionRequestMessage = Union[ChatCompletionRequestSystemMessage, ChatCompletionRequestUserMessage,
+                                     ChatCompletionRequestAssistantMessage, ChatCompletionRequestToolMessage,
+                                     ChatCompletionRequestFunctionMessage]
+
+
+class ChatCompletionRequestFunctionCallOption(TypedDict):
+    name: str
+
+
+ChatCompletionRequestFunctionCall = Union[Literal["none", "auto"], ChatCompletionRequestFunctionCallOption]
+ChatCompletionFunctionParameters = dict[str, JsonType]
+
+
+class ChatCompletionToolFunction(TypedDict):
+    name: str
+    description: NotRequired[str]
+    parameters: ChatCompletionFunctionParameters
+
+
+class ChatCompletionTool(TypedDict):
+    type: Literal["function"]
+    function: ChatCompletionToolFunction
+
+
+class ChatCompletionNamedToolChoiceFunction(TypedDict):
+    name: str
+
+
+class ChatCompletionNamedToolChoice(TypedDict):
+    type: Literal["function"]
+    function: ChatCompletionNamedToolChoiceFunction
+
+
+ChatCompletionToolChoiceOption = Union[Literal["none", "auto", "required"], ChatCompletionNamedToolChoice]
+
+
+# -- responses -------------------------------------------------------------------------------
 
 
 class PromptTokensDetails(TypedDict):

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 from llamacore import _core
-from llamacore.gguf_check import check_gguf_file
+from llamacore.gguf.check import check_gguf_file
 
 # llama_ftype values (llama.h) by the names llama-quantize takes, lower-cased
 FTYPES: dict[str, int] = {

@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import Field
 
-from llamacore.events import FinishReason
+from llamacore.generation.events import FinishReason
 from llamaserve.errors import APIError
 from llamaserve.schemas import AdapterFields
 

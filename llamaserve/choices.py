@@ -7,10 +7,10 @@ from contextlib import AsyncExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Generic, TypeVar, Union, cast
 
-from llamacore.events import Finished, Progress, Text, TextEvent
-from llamacore.prefix import AdapterKey
-from llamacore.responses import ChoiceOutput
-from llamacore.sampling import SamplingParams
+from llamacore.generation.events import Finished, Progress, Text, TextEvent
+from llamacore.generation.kv_reuse import AdapterKey
+from llamacore.chat.openai import ChoiceOutput
+from llamacore.generation.sampling import SamplingParams
 from llamaserve.aio import merge
 from llamaserve.engines import AnyEngine
 from llamaserve.errors import APIError, api_error_for

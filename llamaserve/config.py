@@ -16,8 +16,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from llamacore.chat_format import TEMPLATES
-from llamacore.media import MediaPolicy
+from llamacore.chat.templates import TEMPLATES
+from llamacore.vision.media import MediaPolicy
 from llamaserve.config_adapters import (
     adapter_list,
     check_adapter_file,

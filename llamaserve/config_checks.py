@@ -9,7 +9,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from llamacore.gguf_header import GGUFHeader
+from llamacore.gguf.header import GGUFHeader
 from llamaserve.discovery import cached_header
 
 # Every character str.splitlines() breaks at, escaped: one problem must stay one line.

@@ -7,8 +7,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from llamacore.json_grammar import WHITESPACE
-from llamacore.options import (
+from llamacore.grammar.json_schema import WHITESPACE
+from llamacore.gguf.load_options import (
     EMBEDDING_ONLY_KEYS,
     FLASH_ATTN,
     GENERATION_ONLY_KEYS,
@@ -16,7 +16,7 @@ from llamacore.options import (
     POOLING_TYPES,
     SPLIT_MODES,
 )
-from llamacore.reasoning import REASONING_FORMATS, REASONING_MODES
+from llamacore.chat.reasoning import REASONING_FORMATS, REASONING_MODES
 from llamacore.rpc import parse_endpoint
 from llamaserve.config_values import (
     Check,
@@ -100,7 +100,7 @@ MEDIA_KEYS = ("allow_remote", "max_bytes", "max_images_per_request", "timeout", 
 
 
 def _media(v: Any) -> dict[str, Any]:
-    """Where images in requests may come from and how large they may be (llamacore.media.MediaPolicy)."""
+    """Where images in requests may come from and how large they may be (llamacore.vision.media.MediaPolicy)."""
     if not isinstance(v, Mapping):
         raise Invalid(f"expected a mapping with some of: {', '.join(MEDIA_KEYS)}; got {v!r}")
     checks: dict[str, Check] = {
@@ -207,7 +207,7 @@ ROOT_KEYS: dict[str, Check] = {
     "grammar_max_depth": integer(1), "grammar_timeout": via(parse_duration, positive=True),
     "responses_store_size": integer(0), "media": _media,
 }
-LOAD_KEYS: dict[str, Check] = {      # the keys of llamacore.options.LOAD_KEYS
+LOAD_KEYS: dict[str, Check] = {      # the keys of llamacore.gguf.load_options.LOAD_KEYS
     "n_ctx": integer(0), "n_batch": integer(1), "n_ubatch": integer(1),
     "n_threads": optional(integer(1)), "n_threads_batch": optional(integer(1)),
     "n_gpu_layers": integer(-1), "main_gpu": integer(0), "split_mode": choice(SPLIT_MODES),

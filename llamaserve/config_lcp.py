@@ -33,7 +33,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from llamacore.options import KV_CACHE_TYPES, SPLIT_MODES
+from llamacore.gguf.load_options import KV_CACHE_TYPES, SPLIT_MODES
 from llamaserve.config_checks import Problems
 from llamaserve.hub_models import SCHEME
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from llamacore.gguf_header import DEFAULT_KEYS, GGUFHeader, read_header
+from llamacore.gguf.header import DEFAULT_KEYS, GGUFHeader, read_header
 
 log = logging.getLogger("llamaserve.config")
 

@@ -29,8 +29,8 @@ from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from llamacore import Batch, Context, LoraAdapter, Model
-from llamacore.events import Failed, Finished, Progress, Started
-from llamacore.multimodal import decode_image, load_projector
+from llamacore.generation.events import Failed, Finished, Progress, Started
+from llamacore.vision.prompt import decode_image, load_projector
 from llamaserve.draft_model import DraftModel, DraftModelSpec
 from llamaserve.errors import EngineClosedError, QueueFullError
 from llamaserve.gen_request import Emitted, GenRequest, Sampled

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from llamacore import Llama
-from llamacore.options import CONTEXT_KEYS, MODEL_KEYS
+from llamacore.gguf.load_options import CONTEXT_KEYS, MODEL_KEYS
 from llamaserve.config_keys import DEFAULT_ISOLATION
 from llamaserve.engine import Engine
 from llamaserve.hub_models import local_files

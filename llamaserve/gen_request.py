@@ -9,13 +9,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from llamacore.events import EngineEvent
-from llamacore.prefix import AdapterKey
+from llamacore.generation.events import EngineEvent
+from llamacore.generation.kv_reuse import AdapterKey
 
 if TYPE_CHECKING:
     from llamacore._core import ImageChunk
-    from llamacore.logprobs import TokenLogprob
-    from llamacore.sampling import SamplingParams
+    from llamacore.generation.logprobs import TokenLogprob
+    from llamacore.generation.sampling import SamplingParams
 
 
 @dataclass(eq=False)
@@ -32,7 +32,7 @@ class GenRequest:
     progress: bool = False          # report each decoded batch of the prompt (Progress events)
     cancelled: bool = False
     on_cancel: Callable[[], None] | None = None      # tells a worker process (llamaserve.worker_engine)
-    images: dict[int, ImageChunk] = field(default_factory=dict)   # prompt index -> image (llamacore.multimodal)
+    images: dict[int, ImageChunk] = field(default_factory=dict)   # prompt index -> image (llamacore.vision.prompt)
 
     def cancel(self) -> None:
         if not self.cancelled:

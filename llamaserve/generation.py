@@ -14,11 +14,11 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from llamacore.events import EngineEvent, Failed, Finished, FinishReason, Progress, Started, Text, TextEvent, Token
-from llamacore.multimodal import images_of
-from llamacore.prefix import AdapterKey
-from llamacore.sampling import SamplingParams
-from llamacore.text_stream import TextStream
+from llamacore.generation.events import EngineEvent, Failed, Finished, FinishReason, Progress, Started, Text, TextEvent, Token
+from llamacore.vision.prompt import images_of
+from llamacore.generation.kv_reuse import AdapterKey
+from llamacore.generation.sampling import SamplingParams
+from llamacore.generation.text_stream import TextStream
 from llamaserve.engines import AnyEngine
 from llamaserve.loop_mailbox import Mailbox
 from llamaserve.metrics import Metrics

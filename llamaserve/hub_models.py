@@ -3,7 +3,7 @@ for ``clip_model_path``/``mmproj``), fetched when the model first loads.
 
 The config check validates only the reference (syntax, repository id, huggingface-hub
 installed): a server starts without the network, and a model nobody asks for is never
-downloaded. Loading fetches the file with `llamacore.llama_hub.download` (huggingface_hub's
+downloaded. Loading fetches the file with `llamacore._llama.hub.download` (huggingface_hub's
 cache, progress bars on stderr; with HF_HUB_OFFLINE=1 the cache alone) in the thread that loads
 the model, before any worker process starts, so both isolation modes load a local path.
 """
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from llamacore.llama_hub import download
+from llamacore._llama.hub import download
 from llamaserve.config_checks import Problems
 
 if TYPE_CHECKING:

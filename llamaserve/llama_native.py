@@ -11,8 +11,8 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from llamacore.events import Finished, FinishReason
-from llamacore.logprobs import TokenLogprob
+from llamacore.generation.events import Finished, FinishReason
+from llamacore.generation.logprobs import TokenLogprob
 from llamaserve.generation import Timings
 from llamaserve.schemas import SamplingFields
 

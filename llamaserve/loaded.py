@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import llamacore._core
 from llamacore import Llama, Model
-from llamacore.chat_format import resolve_template
+from llamacore.chat.templates import resolve_template
 from llamaserve.engine import Engine
 from llamaserve.settings import ModelEntry
 from llamaserve.worker_engine import WorkerEmbedder, WorkerEngine

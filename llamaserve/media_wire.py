@@ -15,7 +15,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from llamacore.multimodal import placeholder
+from llamacore.vision.prompt import placeholder
 
 
 @dataclass(frozen=True)

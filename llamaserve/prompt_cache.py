@@ -25,7 +25,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from llamacore.prefix import AdapterKey, common_prefix
+from llamacore.generation.kv_reuse import AdapterKey, common_prefix
 
 KEY_LENGTHS = (4, 8, 16)     # entries are indexed by their first 4, 8 and 16 tokens
 SCAN_LIMIT = 64      # entries compared per lookup, most recently saved first

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 
 from llamacore import Context, Model, Sampler
-from llamacore.logprobs import TokenLogprob
+from llamacore.generation.logprobs import TokenLogprob
 from llamaserve.gen_request import GenRequest, Sampled
 
 

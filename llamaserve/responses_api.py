@@ -1,8 +1,8 @@
 """OpenAI's Responses API shapes: a request's input items, instructions, tools and text format as the
 chat pipeline's messages, tools and response_format, and the pipeline's answer as a response object
-with `reasoning` (a thinking model's, llamacore.reasoning), `message` and `function_call` output items.
+with `reasoning` (a thinking model's, llamacore.chat.reasoning), `message` and `function_call` output items.
 
-(Not to be confused with llamacore.responses, which builds the chat and completion shapes.)
+(Not to be confused with llamacore.chat.openai, which builds the chat and completion shapes.)
 Input items are `message` (user, system, developer, assistant; text parts), `reasoning` (shown to
 the template with the assistant turn after it), `function_call` (a call the model made, as echoed
 back by the client) and `function_call_output` (its result);
@@ -20,7 +20,7 @@ from typing import Annotated, Any
 
 from pydantic import Field, StringConstraints
 
-from llamacore.events import FinishReason
+from llamacore.generation.events import FinishReason
 from llamaserve.errors import APIError
 from llamaserve.schemas import AdapterFields
 

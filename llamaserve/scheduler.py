@@ -38,10 +38,10 @@ import logging
 import time
 from collections import deque
 
-from llamacore.draft_pacing import DraftPacing, DraftYardstick
-from llamacore.events import EngineEvent, Failed, Finished, FinishReason, Token
-from llamacore.multimodal import image_boundary
-from llamacore.prefix import common_prefix, reusable_prefix
+from llamacore.generation.draft_pacing import DraftPacing, DraftYardstick
+from llamacore.generation.events import EngineEvent, Failed, Finished, FinishReason, Token
+from llamacore.vision.prompt import image_boundary
+from llamacore.generation.kv_reuse import common_prefix, reusable_prefix
 from llamaserve.gen_request import Emitted, GenRequest, Sampled
 from llamaserve.prompt_cache import PromptCache
 from llamaserve.scheduler_plan import Admission, Row, Slot, SlotState, StepPlan
@@ -247,7 +247,7 @@ class Scheduler:
         error sampling raised). Afterwards a slot's `cached` is what its KV must keep: the
         executor removes the positions of rejected drafts."""
         events: Emitted = []
-        # a step's speed tells each sequence whether its drafts pay (llamacore.draft_pacing); a step
+        # a step's speed tells each sequence whether its drafts pay (llamacore.generation.draft_pacing); a step
         # that also decodes a prompt says nothing about that, nor does the next (its graph is planned anew)
         generating = all(len(r.tokens) == 1 + r.n_draft for r in plan.rows)
         paced = self.drafter is not None and generating and not self._after_prompt

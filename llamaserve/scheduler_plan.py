@@ -8,8 +8,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from llamacore.draft_pacing import DraftPacing
-from llamacore.prefix import AdapterKey
+from llamacore.generation.draft_pacing import DraftPacing
+from llamacore.generation.kv_reuse import AdapterKey
 from llamaserve.gen_request import GenRequest
 from llamaserve.prompt_cache import CachedPrompt
 from llamaserve.speculative import DraftIndex

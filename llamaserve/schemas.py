@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, field_validator
 
-from llamacore.sampling import SamplingParams
+from llamacore.generation.sampling import SamplingParams
 from llamaserve.config_keys import MAX_SCALE
 
 
@@ -107,7 +107,7 @@ class CompletionRequest(SamplingFields):
 
 
 class ThinkingFields(_Request):
-    """llama-server's fields for thinking models (llamacore.reasoning): how reasoning comes back, and the
+    """llama-server's fields for thinking models (llamacore.chat.reasoning): how reasoning comes back, and the
     template's extra variables (enable_thinking, ...); unset ones take the model's configured values."""
 
     reasoning_format: Literal["none", "auto", "deepseek", "deepseek-legacy"] | None = None

@@ -7,7 +7,7 @@ freed is first taken off the sequences that still hold it (llama.cpp would keep 
 from __future__ import annotations
 
 from llamacore import Context, LoraAdapter
-from llamacore.prefix import AdapterKey
+from llamacore.generation.kv_reuse import AdapterKey
 from llamaserve.scheduler_plan import Admission
 
 

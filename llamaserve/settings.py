@@ -12,7 +12,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from llamacore.media import MediaPolicy
+from llamacore.vision.media import MediaPolicy
 from llamaserve.hub_models import HubFile
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ class ModelEntry:
     chat_template: str | None = None
     chat_template_kwargs: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}), hash=False)
     reasoning: str = "auto"                 # llama-server's --reasoning: on, off, auto (the template decides)
-    reasoning_format: str = "auto"          # none, auto, deepseek, deepseek-legacy (llamacore.reasoning)
+    reasoning_format: str = "auto"          # none, auto, deepseek, deepseek-legacy (llamacore.chat.reasoning)
     idle_unload: float | None = None
     parallel: int | None = None
     max_queue: int | None = None

@@ -7,7 +7,7 @@ decodes the drafts with the sequence's next token in the same batch and keeps th
 sampler would have picked, so the output is what plain decoding gives.
 
 Pure Python: the scheduler asks `PromptLookup` for drafts, and a sequence's
-`llamacore.draft_pacing.DraftPacing` decides how many and whether drafting pays at all.
+`llamacore.generation.draft_pacing.DraftPacing` decides how many and whether drafting pays at all.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from llamacore.batch_rows import exact_rows
+from llamacore.generation.exact_rows import exact_rows
 
 DEFAULT_N_DRAFT = 8
 
@@ -57,7 +57,7 @@ def drafter_spec(settings: dict[str, Any], model: str | os.PathLike[str]) -> Any
 
 def default_n_draft(model: str | os.PathLike[str]) -> int:
     """8, or fewer where ggml computes `model`'s batches of 8 rows otherwise than one row
-    (llamacore.batch_rows): a sequence's verify batch, its next token and the drafts, then stays
+    (llamacore.generation.exact_rows): a sequence's verify batch, its next token and the drafts, then stays
     within the rows that give plain decoding's greedy answers also where two logits nearly tie."""
     rows = exact_rows(model)
     return DEFAULT_N_DRAFT if rows is None else min(DEFAULT_N_DRAFT, rows - 1)

@@ -17,9 +17,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from llamacore import Model, Sampler
-from llamacore.chat import grammar_for
-from llamacore.grammar_cache import GrammarCache
-from llamacore.grammar_limits import GrammarLimits
+from llamacore.chat.prompt import grammar_for
+from llamacore.grammar.cache import GrammarCache
+from llamacore.grammar.limits import GrammarLimits
 from llamaserve.errors import APIError
 from llamaserve.metrics import Metrics
 from llamaserve.schemas import SamplingFields

@@ -1,4 +1,4 @@
-"""A chat request's prompt on a model, with llama-server's thinking settings (llamacore.reasoning).
+"""A chat request's prompt on a model, with llama-server's thinking settings (llamacore.chat.reasoning).
 
 The model entry gives `reasoning` (on/off/auto), `reasoning_format` and `chat_template_kwargs`;
 a request may set its own reasoning_format, chat_template_kwargs (merged over the model's) and
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from llamacore._core import Image, Model, Projector
-from llamacore.chat import chat_prompt, continues
-from llamacore.reasoning import Reasoning, template_kwargs
+from llamacore.chat.prompt import chat_prompt, continues
+from llamacore.chat.reasoning import Reasoning, template_kwargs
 from llamaserve.settings import ModelEntry
 
 

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from starlette.concurrency import run_in_threadpool
 
-from llamacore.media import MediaError, image_urls
-from llamacore.multimodal import load_images
+from llamacore.vision.media import MediaError, image_urls
+from llamacore.vision.prompt import load_images
 
 T = TypeVar("T")
 

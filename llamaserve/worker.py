@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from llamacore import Llama
-from llamacore.events import EngineEvent, Failed
+from llamacore.generation.events import EngineEvent, Failed
 from llamaserve.engine import Engine
 from llamaserve.logs import configure, loading_model, request_id
 from llamaserve.media_wire import ChunkCache

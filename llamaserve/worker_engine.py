@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from llamacore.events import Failed
+from llamacore.generation.events import Failed
 from llamaserve.errors import QueueFullError
 from llamaserve.media_wire import RemoteProjector, wire_prompt
 from llamaserve.gen_request import GenRequest

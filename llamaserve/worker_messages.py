@@ -22,10 +22,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from llamacore.events import EngineEvent, Failed, Finished, FinishReason, Progress, Started, Token
-from llamacore.logprobs import TokenLogprob
+from llamacore.generation.events import EngineEvent, Failed, Finished, FinishReason, Progress, Started, Token
+from llamacore.generation.logprobs import TokenLogprob
 from llamacore.rpc import RPCUnavailableError
-from llamacore.sampling import SamplingParams
+from llamacore.generation.sampling import SamplingParams
 from llamaserve.errors import EngineClosedError, QueueFullError
 
 TOKEN, FINISHED, FAILED, STARTED, PROGRESS = 0, 1, 2, 3, 4

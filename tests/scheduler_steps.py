@@ -3,7 +3,7 @@ for every row (tests/test_scheduler.py, tests/test_scheduler_drafts.py)."""
 
 from __future__ import annotations
 
-from llamacore.events import Token
+from llamacore.generation.events import Token
 from llamaserve.gen_request import GenRequest, Sampled
 from llamaserve.scheduler import Scheduler
 

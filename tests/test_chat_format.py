@@ -1,4 +1,4 @@
-"""Tests for llamacore.chat_format: real templates render exactly, the sandbox holds, fallbacks match."""
+"""Tests for llamacore.chat.templates: real templates render exactly, the sandbox holds, fallbacks match."""
 
 import json
 from datetime import datetime
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from llamacore.chat_format import (
+from llamacore.chat.templates import (
     TEMPLATES,
     ChatTemplateError,
     get_template,

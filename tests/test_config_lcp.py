@@ -224,9 +224,9 @@ def test_a_llama_cpp_python_json_config_serves(tmp_path, tiny_model_path):
     assert "models[0]: llama-cpp-python keys ignored: verbose (" in log and "interrupt_requests (" in log
 
 
-def test_the_readme_example_loads(work):
-    readme = (REPO_ROOT / "README.md").read_text()
-    section = readme[readme.index("### llama-cpp-python config files"):]
+def test_the_docs_example_loads(work):
+    page = (REPO_ROOT / "docs" / "migrating" / "from-llama-cpp-python.md").read_text()
+    section = page[page.index("```json\n") - 1:]
     block = section[section.index("```json\n") + 8:section.index("```\n", section.index("```json\n") + 8)]
     data = json.loads(block)
     data["models"][0]["model"] = "models/model.gguf"      # the generated model in place of the named file

@@ -190,7 +190,7 @@ def test_speculative_prompt_lookup_loads(work):
 
 def test_flash_attn_for_prompts_only_is_a_load_option(work):
     """`flash_attn: prompts` reaches the model's context options as llamacore's "prompts"."""
-    from llamacore.options import CONTEXT_KEYS
+    from llamacore.gguf.load_options import CONTEXT_KEYS
     from llamaserve.config import load_config
 
     path = yaml_config(work, "defaults: {flash_attn: prompts}\nmodels: [{alias: a, model: models/model.gguf}]\n")

@@ -1,5 +1,5 @@
 """An n_draft the config leaves out: 8, or 6 where ggml's tiled kernels would take a model's verify
-batches of 8 rows (llamaserve.speculative.default_n_draft, llamacore.batch_rows), so that speculative decoding's greedy
+batches of 8 rows (llamaserve.speculative.default_n_draft, llamacore.generation.exact_rows), so that speculative decoding's greedy
 answers stay those of plain decoding also where two logits nearly tie: those kernels round
 otherwise than one-row products (about 90% of the outputs of a random Q6_K product of 8-16 rows
 differ in the last bits), and under 8 rows ggml computes each row as it computes one alone."""
@@ -11,7 +11,7 @@ from helpers import assert_batch_rows_equal_one_row_decodes
 
 import llamacore
 from llamacore.quantize import quantize
-from llamacore.batch_rows import TILED_EXACT_ROWS, X86
+from llamacore.generation.exact_rows import TILED_EXACT_ROWS, X86
 from llamaserve.config import load_config
 from llamaserve.speculative import DEFAULT_N_DRAFT, default_n_draft, drafter_spec
 from tiny_models import TinyModelSpec, write_model

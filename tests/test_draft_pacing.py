@@ -1,8 +1,8 @@
-"""Draft pacing (llamacore.draft_pacing): draft lengths that follow what was kept and what pays,
+"""Draft pacing (llamacore.generation.draft_pacing): draft lengths that follow what was kept and what pays,
 rests where drafting is slower than plain steps, and a per-model yardstick that outlives requests.
 Fed synthetic step timings: no model."""
 
-from llamacore.draft_pacing import DraftPacing, DraftYardstick
+from llamacore.generation.draft_pacing import DraftPacing, DraftYardstick
 
 
 def plain_steps(pacing: DraftPacing, n: int, seconds: float = 0.010) -> None:

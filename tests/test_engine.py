@@ -7,8 +7,8 @@ import time
 import pytest
 
 from helpers import N_THREADS
-from llamacore.events import Failed, Finished, FinishReason, Started, Token
-from llamacore.sampling import SamplingParams
+from llamacore.generation.events import Failed, Finished, FinishReason, Started, Token
+from llamacore.generation.sampling import SamplingParams
 from llamaserve.engine import Engine
 from llamaserve.errors import QueueFullError
 from llamaserve.gen_request import GenRequest

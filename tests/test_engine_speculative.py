@@ -6,8 +6,8 @@ import threading
 import pytest
 
 from helpers import N_THREADS
-from llamacore.events import Started, Token
-from llamacore.sampling import SamplingParams
+from llamacore.generation.events import Started, Token
+from llamacore.generation.sampling import SamplingParams
 from llamaserve.draft_model import DraftModelSpec
 from llamaserve.engine import Engine
 from llamaserve.gen_request import GenRequest

@@ -1,4 +1,4 @@
-"""llamacore.gguf_header: header-only GGUF parsing, checked against gguf's own writer and reader."""
+"""llamacore.gguf.header: header-only GGUF parsing, checked against gguf's own writer and reader."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import gguf
 import pytest
 from gguf_files import fake_gguf
 
-from llamacore.gguf_header import ValueType, read_header, read_metadata
+from llamacore.gguf.header import ValueType, read_header, read_metadata
 
 
 def test_header_of_real_model_and_adapter(tiny_model_path, lora_other_arch_path):
@@ -101,8 +101,8 @@ def test_metadata_leaves_what_it_cannot_judge_to_llama_cpp(tmp_path):
 
 def test_a_checked_file_is_not_read_again_until_it_changes(tmp_path, monkeypatch):
     """check_gguf_file remembers files that passed; replacing one with a bad file is checked again."""
-    from llamacore import gguf_check
-    from llamacore.gguf_check import check_gguf_file
+    from llamacore.gguf import check as gguf_check
+    from llamacore.gguf.check import check_gguf_file
 
     def write(tokens):
         w = gguf.GGUFWriter(tmp_path / "v.gguf", "llama")

@@ -1,4 +1,4 @@
-"""Structural tests for llamacore.json_grammar: output is well-formed GBNF; unsupported schemas fail loudly.
+"""Structural tests for llamacore.grammar.json_schema: output is well-formed GBNF; unsupported schemas fail loudly.
 
 What the grammars accept is checked by llama.cpp itself in test_json_regex.py and
 test_structured_output.py.
@@ -9,8 +9,8 @@ import re
 
 import pytest
 
-from llamacore.grammar_limits import GrammarLimitError, GrammarLimits
-from llamacore.json_grammar import JSON_GRAMMAR, WHITESPACE, schema_to_grammar
+from llamacore.grammar.limits import GrammarLimitError, GrammarLimits
+from llamacore.grammar.json_schema import JSON_GRAMMAR, WHITESPACE, schema_to_grammar
 
 _TOKEN = re.compile(
     r"""\s*(?:

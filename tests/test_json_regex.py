@@ -9,7 +9,7 @@ import jsonschema
 import pytest
 from grammar_probe import GrammarProbe
 
-from llamacore.json_grammar import schema_to_grammar
+from llamacore.grammar.json_schema import schema_to_grammar
 
 FORMAT_CHECKER = jsonschema.Draft202012Validator.FORMAT_CHECKER
 

@@ -5,7 +5,7 @@ import pytest
 from helpers import N_THREADS
 
 from llamacore import Llama
-from llamacore.sampling import SamplingParams
+from llamacore.generation.sampling import SamplingParams
 
 PROMPT = "Once upon a time"
 

@@ -197,7 +197,7 @@ def test_set_cache_none_disables(llm):
 
 
 def test_states_with_image_placeholders(tmp_path):
-    from llamacore.multimodal import placeholder
+    from llamacore.vision.prompt import placeholder
 
     image_row = placeholder("ab" * 32, 0)          # far below any intc
     held = LlamaState(np.asarray([1, image_row], dtype=object), np.zeros((0, 4), dtype=np.single), 2, b"x", 1, None)

@@ -8,7 +8,7 @@ from helpers import N_THREADS
 
 from llamacore import Llama
 from llamacore import llama_chat_format as lcf
-from llamacore.chat_format import ChatTemplateError
+from llamacore.chat.templates import ChatTemplateError
 
 CONVERSATION = [
     {"role": "system", "content": "Be brief."},

@@ -14,8 +14,7 @@ from helpers import N_THREADS, REPO_ROOT
 
 import llamacore
 from llamacore import Llama
-from llamacore import llama_constants as lc
-
+from llamacore import llama_cpp as lc
 PROMPT = "Once upon a time"
 
 

@@ -11,8 +11,7 @@ from helpers import N_THREADS
 
 import llamacore
 from llamacore import Llama
-from llamacore import llama_constants as lc
-
+from llamacore import llama_cpp as lc
 PROMPT = "Once upon a time"
 
 

@@ -5,7 +5,7 @@ import pytest
 from helpers import N_THREADS
 
 from llamacore import Llama
-from llamacore.draft_pacing import DraftYardstick
+from llamacore.generation.draft_pacing import DraftYardstick
 from llamacore.llama_speculative import LlamaPromptLookupDecoding
 
 REPEAT = "red apple, green pear, blue plum, " * 6

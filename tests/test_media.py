@@ -1,4 +1,4 @@
-"""llamacore.media: image URLs to checked bytes, against real images (Pillow), a real loopback HTTP server and
+"""llamacore.vision.media: image URLs to checked bytes, against real images (Pillow), a real loopback HTTP server and
 real files; every refusal is a MediaError."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import ClassVar
 import pytest
 from PIL import Image
 
-from llamacore.media import (
+from llamacore.vision.media import (
     MediaError,
     MediaPolicy,
     check_image,

@@ -1,4 +1,4 @@
-"""llamacore.options: one list of llama.cpp's option names, importable without llama.cpp.
+"""llamacore.gguf.load_options: one list of llama.cpp's option names, importable without llama.cpp.
 
 Checks that the compiled tables and llamaserve's config agree with it, that the pure-Python
 modules import without loading the extension, and that load keys a kind of model has no use
@@ -15,10 +15,9 @@ import pytest
 from gguf_files import fake_gguf
 from isolation import run_python
 
-from llamacore import options
-
-PURE_MODULES = ("llamacore.options", "llamacore.gguf_header", "llamacore.gguf_check", "llamacore.chat_format",
-                "llamacore.json_grammar", "llamacore.gbnf", "llamacore.tool_calls", "llamaserve.config")
+from llamacore.gguf import load_options as options
+PURE_MODULES = ("llamacore.gguf.load_options", "llamacore.gguf.header", "llamacore.gguf.check", "llamacore.chat.templates",
+                "llamacore.grammar.json_schema", "llamacore.grammar.gbnf", "llamacore.chat.tool_calls", "llamaserve.config")
 
 
 def test_pure_modules_import_without_the_extension():

@@ -7,8 +7,8 @@ import time
 import pytest
 
 from helpers import N_THREADS
-from llamacore.events import Finished, Started, Token
-from llamacore.sampling import SamplingParams
+from llamacore.generation.events import Finished, Started, Token
+from llamacore.generation.sampling import SamplingParams
 from llamaserve.engine import Engine
 from llamaserve.gen_request import GenRequest
 from llamaserve.prompt_cache import KEY_LENGTHS, SCAN_LIMIT, PromptCache

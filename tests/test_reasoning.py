@@ -1,4 +1,4 @@
-"""Thinking models (llamacore.reasoning): `reasoning_format` splits a `<think>` block into
+"""Thinking models (llamacore.chat.reasoning): `reasoning_format` splits a `<think>` block into
 `reasoning_content` (and streamed `delta.reasoning_content`), per request and per model; a template's
 `enable_thinking` follows `reasoning` (on/off/auto) and `chat_template_kwargs`; the Anthropic and
 Responses routes carry the reasoning as thinking blocks and reasoning items.
@@ -17,7 +17,7 @@ import yaml
 from helpers import N_THREADS
 from server import ServerProcess
 
-from llamacore.reasoning import Reasoning, template_kwargs
+from llamacore.chat.reasoning import Reasoning, template_kwargs
 from llamaserve.config import parse_config
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from isolation import run_python
 from scheduler_steps import EOG, Log, run, step
 
-from llamacore.events import Failed, Finished, FinishReason
+from llamacore.generation.events import Failed, Finished, FinishReason
 from llamaserve.gen_request import Sampled
 from llamaserve.scheduler import Scheduler
 from llamaserve.scheduler_plan import SlotState

@@ -1,5 +1,5 @@
 """The scheduler's speculative decoding without a model: drafts in the batch, what stays of them, and
-the draft pacing's per-model yardstick (llamacore.draft_pacing)."""
+the draft pacing's per-model yardstick (llamacore.generation.draft_pacing)."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ from helpers import N_THREADS, REPO_ROOT, assert_openai_error
 from llamacpp_suite import cases
 
 import llamacore
-from llamacore.json_grammar import schema_to_grammar
+from llamacore.grammar.json_schema import schema_to_grammar
 
 CASES = cases()
 # llama.cpp turns a pattern it cannot convert into "any string" (a warning on stderr); we refuse it

@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import llamacore
-from llamacore.json_formats import FORMATS
-from llamacore.json_grammar import WHITESPACE, schema_to_grammar
+from llamacore.grammar.formats import FORMATS
+from llamacore.grammar.json_schema import WHITESPACE, schema_to_grammar
 
 FORMAT_CHECKER = jsonschema.Draft202012Validator.FORMAT_CHECKER
 PATTERNS = ["^[a-z]{1,5}$", "^\\d{3}-\\d{2,4}$", "^(?:cat|dog)s?$", "^[A-Z][a-z]*( [A-Z][a-z]*)?$",

@@ -5,7 +5,8 @@ import json
 import pytest
 from helpers import N_THREADS
 
-from llamacore import Llama, tool_calls
+from llamacore import Llama
+from llamacore.chat import tool_calls
 
 ADDRESS_TOOL = {"type": "function", "function": {"name": "ship", "parameters": {
     "type": "object", "properties": {"to": {"$ref": "#/$defs/address"}}, "required": ["to"],

@@ -4,8 +4,8 @@ import httpx
 import pytest
 
 from llamacore import Model
-from llamacore.chat import prompt_text
-from llamacore.chat_format import resolve_template
+from llamacore.chat.prompt import prompt_text
+from llamacore.chat.templates import resolve_template
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 

@@ -11,8 +11,8 @@ from tiny_vision import IMAGE_TOKENS, image_bytes, pattern_image, write_projecto
 
 from llamacore import Batch, Context, Image, Llama, Projector
 from llamacore.llama_chat_format import Llava15ChatHandler
-from llamacore.media import MediaError, MediaPolicy
-from llamacore.multimodal import MEDIA_MARKER, decode_image, image_boundary, placeholder, tokenize_with_images
+from llamacore.vision.media import MediaError, MediaPolicy
+from llamacore.vision.prompt import MEDIA_MARKER, decode_image, image_boundary, placeholder, tokenize_with_images
 
 
 @pytest.fixture(scope="module")

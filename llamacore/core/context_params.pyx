@@ -1,17 +1,17 @@
-# Context options: the names of llamacore.options mapped to the enums llama.h / ggml.h declare,
+# Context options: the names of llamacore.gguf.load_options mapped to the enums llama.h / ggml.h declare,
 # and the checked llama_context_params a Context is created with.
 
-_KV_CACHE_TYPES = {                 # llamacore.options.KV_CACHE_TYPES, in that order
+_KV_CACHE_TYPES = {                 # llamacore.gguf.load_options.KV_CACHE_TYPES, in that order
     "f32": ggml.GGML_TYPE_F32, "f16": ggml.GGML_TYPE_F16, "bf16": ggml.GGML_TYPE_BF16,
     "q8_0": ggml.GGML_TYPE_Q8_0, "q4_0": ggml.GGML_TYPE_Q4_0, "q4_1": ggml.GGML_TYPE_Q4_1,
     "q5_0": ggml.GGML_TYPE_Q5_0, "q5_1": ggml.GGML_TYPE_Q5_1,
 }
-POOLING_TYPES = {                   # llamacore.options.POOLING_TYPES
+POOLING_TYPES = {                   # llamacore.gguf.load_options.POOLING_TYPES
     "unspecified": llama.LLAMA_POOLING_TYPE_UNSPECIFIED, "none": llama.LLAMA_POOLING_TYPE_NONE,
     "mean": llama.LLAMA_POOLING_TYPE_MEAN, "cls": llama.LLAMA_POOLING_TYPE_CLS,
     "last": llama.LLAMA_POOLING_TYPE_LAST, "rank": llama.LLAMA_POOLING_TYPE_RANK,
 }
-_ATTENTION_TYPES = {                # llamacore.options.ATTENTION_TYPES
+_ATTENTION_TYPES = {                # llamacore.gguf.load_options.ATTENTION_TYPES
     "unspecified": llama.LLAMA_ATTENTION_TYPE_UNSPECIFIED, "causal": llama.LLAMA_ATTENTION_TYPE_CAUSAL,
     "non_causal": llama.LLAMA_ATTENTION_TYPE_NON_CAUSAL,
 }
@@ -20,7 +20,7 @@ ROPE_SCALING_TYPES = {              # llama-cpp-python's rope_scaling_type, by n
     "linear": llama.LLAMA_ROPE_SCALING_TYPE_LINEAR, "yarn": llama.LLAMA_ROPE_SCALING_TYPE_YARN,
     "longrope": llama.LLAMA_ROPE_SCALING_TYPE_LONGROPE,
 }
-_FLASH_ATTN = {                     # llamacore.options.FLASH_ATTN, plus None / True / False
+_FLASH_ATTN = {                     # llamacore.gguf.load_options.FLASH_ATTN, plus None / True / False
     "auto": llama.LLAMA_FLASH_ATTN_TYPE_AUTO, None: llama.LLAMA_FLASH_ATTN_TYPE_AUTO,
     "on": llama.LLAMA_FLASH_ATTN_TYPE_ENABLED, True: llama.LLAMA_FLASH_ATTN_TYPE_ENABLED,
     "off": llama.LLAMA_FLASH_ATTN_TYPE_DISABLED, False: llama.LLAMA_FLASH_ATTN_TYPE_DISABLED,

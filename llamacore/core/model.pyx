@@ -38,7 +38,7 @@ cdef int32_t _model_val(const void * m, int32_t i, char * buf, size_t size) noex
 
 
 _SPLIT_MODES = {"none": llama.LLAMA_SPLIT_MODE_NONE, "layer": llama.LLAMA_SPLIT_MODE_LAYER,      # the names of
-                "row": llama.LLAMA_SPLIT_MODE_ROW, "tensor": llama.LLAMA_SPLIT_MODE_TENSOR}      # llamacore.options.SPLIT_MODES
+                "row": llama.LLAMA_SPLIT_MODE_ROW, "tensor": llama.LLAMA_SPLIT_MODE_TENSOR}      # llamacore.gguf.load_options.SPLIT_MODES
 
 
 def _cpu_has_amx():
@@ -75,7 +75,7 @@ def default_extra_bufts(path):
     take quantized weights."""
     if DEFAULT_EXTRA_BUFTS:
         return True
-    from llamacore.gguf_header import read_header
+    from llamacore.gguf.header import read_header
 
     try:
         ftype = read_header(path, ("general.file_type",)).metadata.get("general.file_type")

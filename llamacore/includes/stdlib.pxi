@@ -29,4 +29,4 @@ import sys
 import numpy as np
 
 from llamacore.errors import ContextFullError, DecodeAbortedError, DecodeError
-from llamacore.gguf_check import check_gguf_file as _check_gguf_file
+from llamacore.gguf.check import check_gguf_file as _check_gguf_file

@@ -9,10 +9,10 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from llamacore import tool_calls
-from llamacore.chat import tool_setup
-from llamacore.events import Progress
-from llamacore.responses import (
+from llamacore.chat import tool_calls
+from llamacore.chat.prompt import tool_setup
+from llamacore.generation.events import Progress
+from llamacore.chat.openai import (
     ChatStream,
     Envelope,
     usage,

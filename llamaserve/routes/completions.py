@@ -9,8 +9,8 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from llamacore.events import Finished
-from llamacore.responses import CreateCompletionResponse, Envelope, completion_logprobs, usage
+from llamacore.generation.events import Finished
+from llamacore.chat.openai import CreateCompletionResponse, Envelope, completion_logprobs, usage
 from llamaserve.choices import Choice, cached_tokens, run_choices
 from llamaserve.errors import APIError
 from llamaserve.routes.requests import (

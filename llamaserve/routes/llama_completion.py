@@ -9,7 +9,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from llamacore.events import Finished, Progress
+from llamacore.generation.events import Finished, Progress
 from llamaserve.choices import Choice, run_choices_reporting
 from llamaserve.errors import APIError
 from llamaserve.llama_native import NativeCompletionRequest, final, probabilities, prompts

@@ -16,11 +16,11 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from llamacore import tool_calls
-from llamacore.chat import tool_setup
-from llamacore.events import Finished
-from llamacore.reasoning import Reasoning
-from llamacore.responses import assistant_message
+from llamacore.chat import tool_calls
+from llamacore.chat.prompt import tool_setup
+from llamacore.generation.events import Finished
+from llamacore.chat.reasoning import Reasoning
+from llamacore.chat.openai import assistant_message
 from llamaserve.anthropic import (
     MessagesRequest,
     chat_messages,

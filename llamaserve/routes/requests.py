@@ -13,7 +13,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from llamacore.sampling import SamplingParams
+from llamacore.generation.sampling import SamplingParams
 from llamaserve.choices import Choice, ChoiceEvents
 from llamaserve.engines import AnyEngine
 from llamaserve.errors import AdapterUnavailableError, APIError

@@ -20,10 +20,10 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from llamacore import tool_calls
-from llamacore.chat import grammar_for, tool_setup
-from llamacore.events import Finished, Progress
-from llamacore.responses import assistant_message
+from llamacore.chat import tool_calls
+from llamacore.chat.prompt import grammar_for, tool_setup
+from llamacore.generation.events import Finished, Progress
+from llamacore.chat.openai import assistant_message
 from llamaserve.choices import Choice, run_choices_reporting
 from llamaserve.errors import APIError
 from llamaserve.response_store import ResponseStore

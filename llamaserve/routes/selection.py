@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from llamacore.prefix import AdapterKey, adapter_key
+from llamacore.generation.kv_reuse import AdapterKey, adapter_key
 from llamaserve.adapters import Adapter, BaseAdapters
 from llamaserve.errors import APIError
 from llamaserve.schemas import AdapterFields

@@ -12,7 +12,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from llamacore.chat import prompt_text
+from llamacore.chat.prompt import prompt_text
 from llamaserve.errors import APIError
 from llamaserve.routes.requests import acquire, parse_body
 from llamaserve.schemas import ApplyTemplateRequest, DetokenizeRequest, TokenizeRequest
