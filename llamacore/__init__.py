@@ -10,9 +10,11 @@ import logging as _logging
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
+from llamacore._version import __version__
+
 # A library logs, the application decides where it goes: without this, llama.cpp's warnings would
 # reach Python's last-resort handler (stderr) in programs that never configure logging.
-_logging.getLogger("llamacore").addHandler(_logging.NullHandler())
+_logging.getLogger(__name__).addHandler(_logging.NullHandler())
 
 # name -> the submodule that defines it
 _EXPORTS = {
@@ -67,20 +69,7 @@ if _TYPE_CHECKING:
     from llamacore.llama_tokenizer import BaseLlamaTokenizer, LlamaTokenizer
 
 
-def _version() -> str:
-    """The installed distribution's version (pyproject.toml's), or the source tree's when not installed."""
-    from importlib import metadata
-
-    try:
-        return metadata.version("llamacore")
-    except metadata.PackageNotFoundError:
-        return "0.1.0"
-
-
 def __getattr__(name: str) -> _Any:
-    if name == "__version__":
-        globals()[name] = value = _version()
-        return value
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'llamacore' has no attribute {name!r}")
@@ -90,4 +79,4 @@ def __getattr__(name: str) -> _Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__) | {"__version__"})
+    return sorted(set(globals()) | set(__all__))

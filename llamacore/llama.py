@@ -27,7 +27,7 @@ from llamacore._llama.completion import Completions
 from llamacore._llama.drafts import draft_source
 from llamacore._llama.embedding import Embeddings, sequences_per_decode
 from llamacore._llama.generation import Generation
-from llamacore._llama.hub import download
+from llamacore.gguf.hub import download
 from llamacore._llama.options import check_unsupported, context_options, numa_strategy, option_name
 from llamacore._llama.state import CacheAndState
 from llamacore._llama.tokens import TokenLevel

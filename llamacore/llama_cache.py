@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = ["BaseLlamaCache", "LlamaCache", "LlamaDiskCache", "LlamaRAMCache", "LlamaState", "longest_token_prefix"]
 
-_log = logging.getLogger("llamacore")
+_log = logging.getLogger(__name__)
 
 DEFAULT_CAPACITY = 2 << 30                       # 2 GiB, as llama-cpp-python's
 

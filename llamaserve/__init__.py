@@ -4,4 +4,6 @@ Models load on first use, unload when idle, share a loaded base between LoRA ali
 several stay resident under a model-count or memory budget.
 """
 
-__version__ = "0.1.0"
+from llamacore import __version__
+
+__all__ = ["__version__"]

@@ -21,16 +21,17 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from llamaserve.api.errors import error_response
 from llamaserve.errors import KNOWN_ERRORS, APIError, api_error_for
-from llamaserve.gc_pauses import freeze_startup_objects
-from llamaserve.loaded import limit_heap_arenas
-from llamaserve.logs import configure as configure_logging
-from llamaserve.metrics import Metrics
-from llamaserve.middleware import APIKeyAuth, RequestId, RequestMetrics
-from llamaserve.openapi import openapi_schema
-from llamaserve.registry import Registry
-from llamaserve.response_store import ResponseStore
-from llamaserve.routes.admin import (
+from llamaserve.runtime.gc_pauses import freeze_startup_objects
+from llamaserve.runtime.memory import limit_heap_arenas
+from llamaserve.runtime.logs import configure as configure_logging
+from llamaserve.runtime.metrics import Metrics
+from llamaserve.api.middleware import APIKeyAuth, RequestId, RequestMetrics
+from llamaserve.api.openapi import openapi_schema
+from llamaserve.models.registry import Registry
+from llamaserve.api.responses.store import ResponseStore
+from llamaserve.api.admin import (
     add_adapter,
     admin_load,
     admin_models,
@@ -40,12 +41,12 @@ from llamaserve.routes.admin import (
     vllm_load,
     vllm_unload,
 )
-from llamaserve.routes.chat import chat_completions, chat_input_tokens
-from llamaserve.routes.completions import completions
-from llamaserve.routes.embeddings import embeddings, native_embeddings
-from llamaserve.routes.llama_completion import llama_completion
-from llamaserve.routes.messages import count_tokens, messages
-from llamaserve.routes.models import (
+from llamaserve.api.openai.chat import chat_completions, chat_input_tokens
+from llamaserve.api.openai.completions import completions
+from llamaserve.api.openai.embeddings import embeddings, native_embeddings
+from llamaserve.api.llama_server.completion import llama_completion
+from llamaserve.api.anthropic.routes import count_tokens, messages
+from llamaserve.api.openai.models import (
     get_model,
     health,
     ready,
@@ -54,28 +55,28 @@ from llamaserve.routes.models import (
     prometheus,
     set_lora_adapters,
 )
-from llamaserve.routes.props import props, set_props, slots
-from llamaserve.routes.responses import create_response, delete_response, get_response
-from llamaserve.routes.utility import apply_template, detokenize, tokenize
-from llamaserve.routes.web_ui import chat_page
-from llamaserve.settings import ServerConfig
-from llamaserve.shutdown import Drain, DrainMiddleware
-from llamaserve.structured import grammar_cache
+from llamaserve.api.llama_server.props import props, set_props, slots
+from llamaserve.api.responses.routes import create_response, delete_response, get_response
+from llamaserve.api.llama_server.utility import apply_template, detokenize, tokenize
+from llamaserve.api.web_ui import chat_page
+from llamaserve.config.settings import ServerConfig
+from llamaserve.api.shutdown import Drain, DrainMiddleware
+from llamaserve.serving.structured import grammar_cache
 
-log = logging.getLogger("llamaserve")
+log = logging.getLogger(__name__)
 
 
 async def _api_error(request: Request, exc: Exception) -> Response:
-    return api_error_for(exc).response()
+    return error_response(api_error_for(exc))
 
 
 async def _http_error(request: Request, exc: HTTPException) -> Response:
-    return APIError(exc.status_code, exc.detail or "error").response()
+    return error_response(APIError(exc.status_code, exc.detail or "error"))
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error on %s", request.url.path)
-    return APIError(500, f"internal error: {type(exc).__name__}").response()
+    return error_response(APIError(500, f"internal error: {type(exc).__name__}"))
 
 
 async def _openapi(request: Request) -> Response:
@@ -173,7 +174,7 @@ _CUT_MARGIN = 5.0
 
 class _Server(uvicorn.Server):
     """Graceful SIGTERM: stop accepting, give in-flight requests `grace` seconds, end the rest clearly
-    (see llamaserve.shutdown), unload the models, and exit 0 instead of re-raising the signal."""
+    (see llamaserve.api.shutdown), unload the models, and exit 0 instead of re-raising the signal."""
 
     def __init__(self, config: uvicorn.Config, drain: Drain, grace: float, delay: float = 0.0) -> None:
         super().__init__(config)

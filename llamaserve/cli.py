@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from llamaserve import __version__
-from llamaserve.config import ConfigError, ServerConfig, load_config, parse_config, read_config_data
-from llamaserve.config_keys import ISOLATION_MODES, LOG_LEVELS
-from llamaserve.discovery import ModelsDirScan, scan_models_dir
-from llamaserve.hub_models import is_hub_ref
+from llamaserve.config.parse import ConfigError, ServerConfig, load_config, parse_config, read_config_data
+from llamaserve.config.keys import ISOLATION_MODES, LOG_LEVELS
+from llamaserve.config.discovery import ModelsDirScan, scan_models_dir
+from llamaserve.config.hub import is_hub_ref
 
 __all__ = ["build_parser", "config_from_args", "describe", "main", "starter_config", "write_starter_config"]
 

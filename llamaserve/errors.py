@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 
-from starlette.responses import JSONResponse
 
 TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
          404: "invalid_request_error", 405: "invalid_request_error", 409: "invalid_request_error",
@@ -27,9 +26,6 @@ class APIError(Exception):
         return {"error": {"message": self.message, "type": TYPES.get(self.status, "invalid_request_error"),
                           "param": self.param, "code": self.code}}
 
-    def response(self) -> JSONResponse:
-        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
-
 
 class QueueFullError(Exception):
     """The model's queue is at max_queue; the client should retry later."""
@@ -44,7 +40,7 @@ class WorkerCrashedError(RuntimeError):
 
     def __init__(self, message: str, cause: str = "exit") -> None:
         super().__init__(message)
-        self.cause = cause      # llamaserve.worker_process.CAUSES
+        self.cause = cause      # llamaserve.worker.process.CAUSES
 
 
 class ModelFailedError(RuntimeError):

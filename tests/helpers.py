@@ -149,7 +149,7 @@ def write(folder: Path, name: str, text: str) -> Path:
 
 def problems(path: Path) -> list[str]:
     """The problem lines of a config file that must not load (one ConfigError listing them all)."""
-    from llamaserve.config import ConfigError, load_config
+    from llamaserve.config.parse import ConfigError, load_config
 
     with pytest.raises(ConfigError) as info:
         load_config(path)

@@ -4,8 +4,8 @@ for every row (tests/test_scheduler.py, tests/test_scheduler_drafts.py)."""
 from __future__ import annotations
 
 from llamacore.generation.events import Token
-from llamaserve.gen_request import GenRequest, Sampled
-from llamaserve.scheduler import Scheduler
+from llamaserve.engine.request import GenRequest, Sampled
+from llamaserve.engine.scheduler import Scheduler
 
 EOG = 2
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from helpers import REPO_ROOT, problems, yaml_config
 
-from llamaserve.adapters import name_adapters
+from llamaserve.lora.catalog import name_adapters
 from llamaserve.cli import describe
-from llamaserve.config import load_config
+from llamaserve.config.parse import load_config
 
 
 def test_adapters_list_with_and_without_names(work):

@@ -12,7 +12,7 @@ from gguf_files import fake_gguf, place
 from isolation import child_env, run_child
 
 from llamaserve.cli import build_parser, config_from_args, main
-from llamaserve.config import load_config
+from llamaserve.config.parse import load_config
 
 
 def run_cli(*args: str | Path, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess:

@@ -1,4 +1,4 @@
-"""llamaserve.config: config files (YAML, TOML, JSON), env interpolation, defaults, paths, unreadable files."""
+"""llamaserve.config.parse: config files (YAML, TOML, JSON), env interpolation, defaults, paths, unreadable files."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from helpers import problems, write, yaml_config
 
-from llamaserve.config import ConfigError, ModelEntry, ServerConfig, load_config, parse_config
+from llamaserve.config.parse import ConfigError, ModelEntry, ServerConfig, load_config, parse_config
 
 
 # -- formats ---------------------------------------------------------------------------------

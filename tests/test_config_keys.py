@@ -1,4 +1,4 @@
-"""llamaserve.config value parsers: sizes (memory_budget, max_body_bytes) and durations (idle_unload)."""
+"""llamaserve.config.parse value parsers: sizes (memory_budget, max_body_bytes) and durations (idle_unload)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from llamaserve.config import parse_duration, parse_size
+from llamaserve.config.parse import parse_duration, parse_size
 
 
 @pytest.mark.parametrize("text, expected", [

@@ -13,8 +13,8 @@ import os
 import pytest
 from helpers import N_THREADS, REPO_ROOT, problems, write
 
-from llamaserve import config_lcp
-from llamaserve.config import load_config
+from llamaserve.config import lcp as config_lcp
+from llamaserve.config.parse import load_config
 
 # llama_cpp/server/settings.py of llama-cpp-python 0.3.36: every field of the two classes
 LCP_SERVER_KEYS = ("host", "port", "ssl_keyfile", "ssl_certfile", "api_key", "interrupt_requests",
@@ -114,7 +114,7 @@ def test_the_docs_json_config_loads_unchanged(work, projector_path):
 
 
 def test_their_keys_and_value_spellings_are_translated(work, caplog):
-    with caplog.at_level(logging.WARNING, logger="llamaserve.config_lcp"):
+    with caplog.at_level(logging.WARNING, logger="llamaserve.config.lcp"):
         config = load_config(write(work, "lcp.yaml", LCP_YAML))
     tuned, fast = config.models
     assert tuned.alias == "tuned" and tuned.chat_format == "llama-2"
@@ -138,7 +138,7 @@ def test_their_keys_and_value_spellings_are_translated(work, caplog):
 
 
 def test_a_llamaserve_config_gets_no_warning(work, caplog):
-    with caplog.at_level(logging.WARNING, logger="llamaserve.config_lcp"):
+    with caplog.at_level(logging.WARNING, logger="llamaserve.config.lcp"):
         load_config(write(work, "ours.json", json.dumps(DOCS_JSON)))
     assert caplog.records == []
 
@@ -174,7 +174,7 @@ def test_hf_model_repo_id_makes_model_and_projector_hub_references(work):
     """Theirs downloads `model` (a glob) from the repository with Llama.from_pretrained, and so
     clip_model_path with the handler's from_pretrained: here both become hf:// references,
     fetched when the model first loads (tests/test_hub_models.py)."""
-    from llamaserve.hub_models import HubFile
+    from llamaserve.config.hub import HubFile
 
     repo = "Qwen/Qwen2-0.5B-Instruct-GGUF"
     config = load_config(write(work, "hub.json", json.dumps({"models": [

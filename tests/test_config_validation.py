@@ -1,4 +1,4 @@
-"""llamaserve.config validation: unknown keys, types and ranges, model and adapter files, aliases.
+"""llamaserve.config.parse validation: unknown keys, types and ranges, model and adapter files, aliases.
 
 The messages are the contract: each problem is one line naming the file, the key and a fix.
 """
@@ -142,14 +142,14 @@ def test_all_problems_are_reported_at_once(work):
 
 def test_lora_steps_per_turn_is_deprecated_but_accepted(work, caplog):
     """Adapter groups no longer take turns: the key loads with a warning saying so, still type-checked."""
-    from llamaserve.config import load_config
+    from llamaserve.config.parse import load_config
 
     path = yaml_config(work, """
 lora_steps_per_turn: 4
 models:
   - {alias: a, model: models/model.gguf, lora_steps_per_turn: 2}
 """)
-    with caplog.at_level("WARNING", logger="llamaserve.config"):
+    with caplog.at_level("WARNING", logger="llamaserve.config.parse"):
         config = load_config(path)
     assert [e.alias for e in config.models] == ["a"]
     warnings = [r.getMessage() for r in caplog.records if "lora_steps_per_turn" in r.getMessage()]
@@ -181,7 +181,7 @@ def test_speculative_draft_model_path_is_checked(work):
 
 
 def test_speculative_prompt_lookup_loads(work):
-    from llamaserve.config import load_config
+    from llamaserve.config.parse import load_config
 
     path = yaml_config(work, "defaults: {speculative: {draft_model: ngram, n_draft: 6}}\n"
                              "models: [{alias: a, model: models/model.gguf}]\n")
@@ -191,7 +191,7 @@ def test_speculative_prompt_lookup_loads(work):
 def test_flash_attn_for_prompts_only_is_a_load_option(work):
     """`flash_attn: prompts` reaches the model's context options as llamacore's "prompts"."""
     from llamacore.gguf.load_options import CONTEXT_KEYS
-    from llamaserve.config import load_config
+    from llamaserve.config.parse import load_config
 
     path = yaml_config(work, "defaults: {flash_attn: prompts}\nmodels: [{alias: a, model: models/model.gguf}]\n")
     load = load_config(path).models[0].load

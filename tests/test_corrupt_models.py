@@ -339,7 +339,7 @@ def test_server_reports_corrupt_models_and_keeps_serving(corpus, tmp_path, tiny_
 
 def test_config_rejects_unreadable_headers(corpus, tmp_path):
     """Files whose header itself is broken fail config validation (with the file named), not startup."""
-    from llamaserve.config import ConfigError, load_config
+    from llamaserve.config.parse import ConfigError, load_config
 
     models, _ = corpus
     names = ["version-99999", "empty", "bad-magic", "truncated-counts", "kv-count-2^62", "string-length-2^62"]

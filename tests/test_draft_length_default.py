@@ -1,5 +1,5 @@
 """An n_draft the config leaves out: 8, or 6 where ggml's tiled kernels would take a model's verify
-batches of 8 rows (llamaserve.speculative.default_n_draft, llamacore.generation.exact_rows), so that speculative decoding's greedy
+batches of 8 rows (llamaserve.engine.speculative.default_n_draft, llamacore.generation.exact_rows), so that speculative decoding's greedy
 answers stay those of plain decoding also where two logits nearly tie: those kernels round
 otherwise than one-row products (about 90% of the outputs of a random Q6_K product of 8-16 rows
 differ in the last bits), and under 8 rows ggml computes each row as it computes one alone."""
@@ -12,8 +12,8 @@ from helpers import assert_batch_rows_equal_one_row_decodes
 import llamacore
 from llamacore.quantize import quantize
 from llamacore.generation.exact_rows import TILED_EXACT_ROWS, X86
-from llamaserve.config import load_config
-from llamaserve.speculative import DEFAULT_N_DRAFT, default_n_draft, drafter_spec
+from llamaserve.config.parse import load_config
+from llamaserve.engine.speculative import DEFAULT_N_DRAFT, default_n_draft, drafter_spec
 from tiny_models import TinyModelSpec, write_model
 
 SPEC = TinyModelSpec(n_embd=256, n_layer=2, n_head=4, n_head_kv=2, n_ff=512, dtype="f16", seed=23)

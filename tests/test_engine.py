@@ -9,9 +9,9 @@ import pytest
 from helpers import N_THREADS
 from llamacore.generation.events import Failed, Finished, FinishReason, Started, Token
 from llamacore.generation.sampling import SamplingParams
-from llamaserve.engine import Engine
+from llamaserve.engine.engine import Engine
 from llamaserve.errors import QueueFullError
-from llamaserve.gen_request import GenRequest
+from llamaserve.engine.request import GenRequest
 
 GREEDY = SamplingParams(temperature=0)
 

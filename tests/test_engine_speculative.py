@@ -8,9 +8,9 @@ import pytest
 from helpers import N_THREADS
 from llamacore.generation.events import Started, Token
 from llamacore.generation.sampling import SamplingParams
-from llamaserve.draft_model import DraftModelSpec
-from llamaserve.engine import Engine
-from llamaserve.gen_request import GenRequest
+from llamaserve.engine.draft_model import DraftModelSpec
+from llamaserve.engine.engine import Engine
+from llamaserve.engine.request import GenRequest
 
 GREEDY = SamplingParams(temperature=0)
 PROMPTS = [[1] + [100 + (i % 17) for i in range(60)], [1, 900, 901, 902], [1, 5, 6, 7, 8, 9, 10]]
@@ -47,7 +47,7 @@ def plain(tiny_model_path):
 
 def test_prompt_lookup_gives_the_plain_answers(tiny_model_path):
     """Drafts verified in the batch change nothing in the output; they are really decoded."""
-    from llamaserve.speculative import PromptLookup
+    from llamaserve.engine.speculative import PromptLookup
 
     text = [1] + [100 + (i % 17) for i in range(120)]            # a repetitive prompt
     prompts = [text, text[:60] + [5, 6, 7], [1, 900, 901, 902]]
@@ -73,7 +73,7 @@ def test_another_model_as_draft_changes_nothing(tiny_model_path, tiny_models_dir
 
 def test_p_min_stops_unsure_drafts(tiny_model_path, plain):
     from llamacore import Model
-    from llamaserve.draft_model import DraftModel
+    from llamaserve.engine.draft_model import DraftModel
 
     out, _, _ = serve(tiny_model_path, DraftModelSpec(str(tiny_model_path), n_draft=4, p_min=0.9))
     assert out == plain
@@ -93,7 +93,7 @@ def test_a_draft_after_a_rest_reads_every_token_it_missed(tiny_model_path):
     """A sequence that drafted nothing for many steps (a rest) catches up on the whole context, not
     on its last few tokens: drafts from a partial context agree with the target far less often."""
     from llamacore import Model
-    from llamaserve.draft_model import DraftModel
+    from llamaserve.engine.draft_model import DraftModel
 
     target = Model(str(tiny_model_path))
     draft = DraftModel(DraftModelSpec(str(tiny_model_path), n_draft=4), target, n_seq=2, n_ctx_seq=256,
@@ -113,7 +113,7 @@ def test_a_draft_that_reads_slowly_reads_only_the_last_tokens_after_a_rest(tiny_
     """When reading a missed token costs more than the scheduler allows (`read_budget`), the draft
     starts over from the last READ_WINDOW tokens: a slow reader must not pay for a whole rest."""
     from llamacore import Model
-    from llamaserve.draft_model import READ_WINDOW, DraftModel
+    from llamaserve.engine.draft_model import READ_WINDOW, DraftModel
 
     target = Model(str(tiny_model_path))
     draft = DraftModel(DraftModelSpec(str(tiny_model_path), n_draft=4), target, n_seq=1, n_ctx_seq=256,

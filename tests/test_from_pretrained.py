@@ -17,7 +17,7 @@ from helpers import N_THREADS, REPO_ROOT, describe
 from hub_repo import REPO_ID, HubRepo, seed_cache, tiny_repo
 from hub_standin import HubStandIn
 
-from llamacore._llama.hub import split_shards
+from llamacore.gguf.hub import split_shards
 
 SHARDS = [f"split/tiny-split-F32-0000{k}-of-00003.gguf" for k in (1, 2, 3)]
 

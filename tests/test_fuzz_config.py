@@ -1,4 +1,4 @@
-"""Property tests of llamaserve.config.load_config: any document either loads or fails cleanly.
+"""Property tests of llamaserve.config.parse.load_config: any document either loads or fails cleanly.
 
 Generated YAML / TOML / JSON documents mix the real config keys with garbage keys, values of
 the right and of wrong types, huge numbers, unicode, ${VAR} references, paths to real GGUF
@@ -20,8 +20,8 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from llamaserve.config import ConfigError, ServerConfig, load_config
-from llamaserve.config_keys import ENTRY_KEYS, KV_CACHE_TYPES, LOG_LEVELS, POOLING_TYPES, ROOT_KEYS
+from llamaserve.config.parse import ConfigError, ServerConfig, load_config
+from llamaserve.config.keys import ENTRY_KEYS, KV_CACHE_TYPES, LOG_LEVELS, POOLING_TYPES, ROOT_KEYS
 
 # hypothesis runs each property over many generated configs
 pytestmark = pytest.mark.slow

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # llama-cpp-python's that `Llama` uses; Llama's private parts; `Llama` and the chat handlers; tools.
 # llama_types holds only TypedDicts (lcp's module name), so every layer may use its shapes.
 LLAMACORE_LAYERS: list[set[str]] = [
-    {"_core", "errors", "llama_cpp", "llama_types"},
+    {"_core", "_version", "errors", "llama_cpp", "llama_types"},
     {"gguf"},
     {"grammar", "generation", "vision"},
     {"chat"},
@@ -28,7 +28,7 @@ LLAMACORE_LAYERS: list[set[str]] = [
     {"__init__", "__main__", "rpc", "quantize"},
 ]
 LLAMASERVE_LAYERS: list[set[str]] = [
-    {"errors", "runtime"},
+    {"__init__", "errors", "runtime"},
     {"config"},
     {"engine"},
     {"worker"},
@@ -36,7 +36,9 @@ LLAMASERVE_LAYERS: list[set[str]] = [
     {"models"},
     {"serving"},
     {"api"},
-    {"__init__", "__main__", "app", "cli"},
+    {"app"},
+    {"cli"},
+    {"__main__"},
 ]
 # what llamaserve may take from llamacore: its top-level exports and its engine-neutral packages
 LLAMACORE_FOR_SERVER = {"", "errors", "llama_types", "gguf", "grammar", "generation", "vision", "chat",
@@ -77,7 +79,7 @@ def resolve(name: str) -> str | None:
 
 
 def top(module: str) -> str:
-    """A module's first part below its package: llamaserve.engine.scheduler -> engine."""
+    """A module's first part below its package: llamaserve.engine.engine.scheduler -> engine."""
     parts = module.removesuffix(".__main__").split(".") if module.count(".") > 1 else module.split(".")
     return parts[1] if len(parts) > 1 else "__init__"
 

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import itertools
 import pickle
-import tomllib
 
 import numpy as np
 import pytest
-from helpers import N_THREADS, REPO_ROOT
+from helpers import N_THREADS
 
 import llamacore
 from llamacore import Llama
@@ -188,7 +187,13 @@ def test_model_facts_and_static_helpers(llm):
     expected = logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True))
     np.testing.assert_allclose(Llama.logits_to_logprobs(logits), expected, rtol=1e-6)
     assert Llama.longest_token_prefix([1, 2, 3], [1, 2, 4]) == 2 and Llama.longest_token_prefix([], [1]) == 0
-    assert llamacore.__version__ == tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["version"]
+    # one version: the installed distribution's metadata, the package, the server and its OpenAPI document
+    from importlib.metadata import version
+
+    import llamaserve
+    from llamaserve.api.openapi import openapi_schema
+    assert llamacore.__version__ == version("llamacore") == llamaserve.__version__
+    assert openapi_schema()["info"]["version"] == llamacore.__version__
 
 
 def test_tokenizer_object_and_a_custom_tokenizer(tiny_model_path, llm):

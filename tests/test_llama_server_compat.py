@@ -203,7 +203,7 @@ def test_prompt_progress_is_streamed_when_asked(srv):
 
 
 def test_llama_cpp_template_names(tmp_path, tiny_model_path):
-    from llamaserve.config import ConfigError, parse_config
+    from llamaserve.config.parse import ConfigError, parse_config
 
     def entry(template):
         config = parse_config({"models": [{"model": str(tiny_model_path), "chat_template": template}]},

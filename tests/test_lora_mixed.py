@@ -294,7 +294,7 @@ def test_reserving_the_pool_checks_its_adapters(tiny_model, adapters, tiny_model
 
 
 def test_engine_reserves_the_pool_for_its_adapters(tiny_model_path, lora_a_path, lora_b_path, capsys):
-    from llamaserve.engine import Engine
+    from llamaserve.engine.engine import Engine
 
     llamacore.set_verbose(True)
     try:

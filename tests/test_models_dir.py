@@ -1,4 +1,4 @@
-"""llamaserve.config models_dir discovery: which GGUF files in a folder become models, adapters or skips."""
+"""llamaserve.config.parse models_dir discovery: which GGUF files in a folder become models, adapters or skips."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from gguf_files import fake_gguf, place
 from helpers import NO_MODELS, problems, yaml_config
 
-from llamaserve.config import parse_config
-from llamaserve.discovery import scan_models_dir
+from llamaserve.config.parse import parse_config
+from llamaserve.config.discovery import scan_models_dir
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from isolation import run_python
 
 from llamacore.gguf import load_options as options
 PURE_MODULES = ("llamacore.gguf.load_options", "llamacore.gguf.header", "llamacore.gguf.check", "llamacore.chat.templates",
-                "llamacore.grammar.json_schema", "llamacore.grammar.gbnf", "llamacore.chat.tool_calls", "llamaserve.config")
+                "llamacore.grammar.json_schema", "llamacore.grammar.gbnf", "llamacore.chat.tool_calls", "llamaserve.config.parse")
 
 
 def test_pure_modules_import_without_the_extension():
@@ -88,7 +88,7 @@ def test_load_key_split_matches_the_constructors():
 
 
 def test_config_checks_every_load_key():
-    from llamaserve.config_keys import KV_CACHE_TYPES, LOAD_KEYS, POOLING_TYPES
+    from llamaserve.config.keys import KV_CACHE_TYPES, LOAD_KEYS, POOLING_TYPES
 
     assert LOAD_KEYS.keys() == options.LOAD_KEYS
     assert (KV_CACHE_TYPES, POOLING_TYPES) == (options.KV_CACHE_TYPES, options.POOLING_TYPES)
@@ -103,7 +103,7 @@ def model_file(tmp_path) -> Path:
 
 
 def parse(model_file: Path, *entries: dict, defaults: dict | None = None):
-    from llamaserve.config import parse_config
+    from llamaserve.config.parse import parse_config
 
     data = {"models": [{"model": str(model_file), "alias": f"m{i}", **e} for i, e in enumerate(entries)]}
     if defaults:
@@ -112,7 +112,7 @@ def parse(model_file: Path, *entries: dict, defaults: dict | None = None):
 
 
 def problems(model_file: Path, *entries: dict, defaults: dict | None = None) -> list[str]:
-    from llamaserve.config import ConfigError
+    from llamaserve.config.parse import ConfigError
 
     with pytest.raises(ConfigError) as info:
         parse(model_file, *entries, defaults=defaults)
@@ -147,8 +147,9 @@ def test_kind_keys_are_kept_where_they_apply(model_file):
 
 
 def test_registry_passes_the_seed_to_the_engine(model_file, monkeypatch):
-    from llamaserve import engines, registry
-    from llamaserve.metrics import Metrics
+    from llamaserve.models import factory as engines
+    from llamaserve.models import registry
+    from llamaserve.runtime.metrics import Metrics
 
     made: list[tuple[tuple, dict]] = []
     class FakeEngine:

@@ -9,9 +9,9 @@ import pytest
 from helpers import N_THREADS
 from llamacore.generation.events import Finished, Started, Token
 from llamacore.generation.sampling import SamplingParams
-from llamaserve.engine import Engine
-from llamaserve.gen_request import GenRequest
-from llamaserve.prompt_cache import KEY_LENGTHS, SCAN_LIMIT, PromptCache
+from llamaserve.engine.engine import Engine
+from llamaserve.engine.request import GenRequest
+from llamaserve.engine.prompt_cache import KEY_LENGTHS, SCAN_LIMIT, PromptCache
 
 GREEDY = SamplingParams(temperature=0)
 STORY = [1] + list(range(1200, 1300))            # a 101-token prompt
@@ -162,13 +162,13 @@ def test_an_extension_replaces_its_prefix_and_adapters_key_entries():
 
 @pytest.mark.parametrize("value, expected", [("512MiB", 512 << 20), (0, 0)])
 def test_cache_ram_config_key(tmp_path, tiny_model_path, value, expected):
-    from llamaserve.config import parse_config
+    from llamaserve.config.parse import parse_config
     config = parse_config({"cache_ram": value, "models": [{"alias": "m", "model": str(tiny_model_path),
                                                               "cache_ram": "1GiB"}]}, None, tmp_path)
     assert config.cache_ram == expected and config.models[0].cache_ram == 1 << 30
 
 
 def test_cache_ram_refuses_a_bad_size(tmp_path, tiny_model_path):
-    from llamaserve.config import ConfigError, parse_config
+    from llamaserve.config.parse import ConfigError, parse_config
     with pytest.raises(ConfigError, match="cache_ram"):
         parse_config({"cache_ram": "lots", "models": [{"alias": "m", "model": str(tiny_model_path)}]}, None, tmp_path)

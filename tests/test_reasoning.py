@@ -18,7 +18,7 @@ from helpers import N_THREADS
 from server import ServerProcess
 
 from llamacore.chat.reasoning import Reasoning, template_kwargs
-from llamaserve.config import parse_config
+from llamaserve.config.parse import parse_config
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 

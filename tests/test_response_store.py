@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from llamaserve.errors import APIError
-from llamaserve.response_store import ResponseStore
+from llamaserve.api.responses.store import ResponseStore
 
 
 def response(rid: str, text: str = "ok") -> dict:

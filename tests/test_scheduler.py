@@ -10,9 +10,9 @@ from isolation import run_python
 from scheduler_steps import EOG, Log, run, step
 
 from llamacore.generation.events import Failed, Finished, FinishReason
-from llamaserve.gen_request import Sampled
-from llamaserve.scheduler import Scheduler
-from llamaserve.scheduler_plan import SlotState
+from llamaserve.engine.request import Sampled
+from llamaserve.engine.scheduler import Scheduler
+from llamaserve.engine.plan import SlotState
 
 A = (("a.gguf", 1.0),)
 B = (("b.gguf", 1.0),)
@@ -225,7 +225,7 @@ def test_fail_and_close_end_everything_once():
 
 
 def test_scheduler_does_not_load_llama_cpp():
-    out = run_python("import sys, llamaserve.scheduler; print('llamacore._core' in sys.modules)")
+    out = run_python("import sys, llamaserve.engine.scheduler; print('llamacore._core' in sys.modules)")
     assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr
 
 

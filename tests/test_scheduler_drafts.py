@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from scheduler_steps import Log, run, step
 
-from llamaserve.gen_request import Sampled
-from llamaserve.scheduler import Scheduler
+from llamaserve.engine.request import Sampled
+from llamaserve.engine.scheduler import Scheduler
 
 
 def time_plain_steps(sched: Scheduler) -> None:
@@ -16,7 +16,7 @@ def time_plain_steps(sched: Scheduler) -> None:
 
 
 def test_drafts_ride_with_the_next_token_and_only_accepted_ones_stay():
-    from llamaserve.speculative import PromptLookup
+    from llamaserve.engine.speculative import PromptLookup
 
     sched, log = Scheduler(1, n_batch=64, n_ctx_seq=256, drafter=PromptLookup(n_draft=4, ngram=2)), Log()
     sched.add(log.request("r", [1, 5, 6, 7, 8, 9, 10, 11, 5, 6], max_tokens=20))
@@ -40,7 +40,7 @@ def test_drafts_ride_with_the_next_token_and_only_accepted_ones_stay():
 
 
 def test_drafts_never_pass_max_tokens_nor_take_budget_from_prompts():
-    from llamaserve.speculative import PromptLookup
+    from llamaserve.engine.speculative import PromptLookup
 
     sched, log = Scheduler(2, n_batch=8, n_ctx_seq=256, drafter=PromptLookup(n_draft=8, ngram=2)), Log()
     sched.add(log.request("g", [1, 2, 3, 1, 2], max_tokens=3))
@@ -56,7 +56,7 @@ def test_drafts_never_pass_max_tokens_nor_take_budget_from_prompts():
 
 
 def test_prompt_lookup_prefers_the_longest_latest_match():
-    from llamaserve.speculative import PromptLookup
+    from llamaserve.engine.speculative import PromptLookup
 
     look = PromptLookup(n_draft=3, ngram=3)
     assert look.propose([1, 2, 3, 9, 9, 2, 3, 8, 1, 2, 3], 10) == [9, 9, 2]     # "1 2 3" beats "2 3"
@@ -89,7 +89,7 @@ def test_a_failing_drafter_costs_the_request_nothing_but_its_drafts(caplog):
 def test_plain_steps_time_one_yardstick_per_model_that_later_requests_share():
     """Plain steps are timed once per step (not once per sequence), never the step after a prompt,
     and a later request's pacing shares what earlier ones timed and the rest they started."""
-    from llamaserve.speculative import PromptLookup
+    from llamaserve.engine.speculative import PromptLookup
 
     sched, log = Scheduler(2, n_batch=64, n_ctx_seq=256, drafter=PromptLookup(n_draft=4, ngram=3)), Log()
     sched.add(log.request("a", [1, 2, 3], max_tokens=6))

@@ -36,7 +36,7 @@ def wait_exit(proc: ServerProcess, timeout: float) -> int:
 
 def assert_unloaded_cleanly(proc: ServerProcess):
     log = proc.log()
-    assert "llamaserve.registry: shutdown m" in log, log      # the engine was closed by the lifespan
+    assert "llamaserve.models.registry: shutdown m" in log, log      # the engine was closed by the lifespan
     assert "Traceback" not in log, log
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from llamaserve import config_keys as keys, settings  # the one line to update when the modules move
+from llamaserve.config import keys, settings
 
 MARKER = "<!-- config-reference -->"
 HERE = Path(__file__).resolve().parent

@@ -35,7 +35,7 @@ __all__ = [
     "format_vicuna", "format_zephyr",
 ]
 
-_log = logging.getLogger("llamacore")
+_log = logging.getLogger(__name__)
 
 
 # -- the named formats ---------------------------------------------------------------------------

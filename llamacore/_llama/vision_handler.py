@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from typing import Any, Self
 
-from llamacore._llama.hub import download
+from llamacore.gguf.hub import download
 from llamacore.chat.templates import TEMPLATES
 
 LLAVA_15_TEMPLATE = TEMPLATES["llava-1-5"]

@@ -13,10 +13,9 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from importlib.metadata import PackageNotFoundError
-from importlib.metadata import version as _package_version
 from typing import Any
 
+from llamacore._version import __version__
 from llamacore.chat import tool_calls
 from llamacore.chat.reasoning import Reasoning
 from llamacore.generation.events import Finished, FinishReason, Text, TextEvent
@@ -42,10 +41,7 @@ from llamacore.llama_types import (
 
 def _fingerprint() -> str:
     """What OpenAI's `system_fingerprint` names: the build that answered, in llama-server's form b<build>."""
-    try:
-        return f"b{_package_version('llamacore')}"
-    except PackageNotFoundError:      # run from a source tree that was never installed
-        return "b0"
+    return f"b{__version__}"
 
 
 SYSTEM_FINGERPRINT = _fingerprint()

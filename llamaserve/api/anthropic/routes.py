@@ -1,0 +1,250 @@
+"""Anthropic's Messages API: POST /v1/messages (streamed or not) and /v1/messages/count_tokens.
+
+The request runs through the chat pipeline (the model's template, tool calls, the engine); only
+the shapes differ (llamaserve.api.anthropic.protocol). Errors on these routes use Anthropic's shape.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncGenerator
+from contextlib import AsyncExitStack
+from dataclasses import replace
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from llamacore.chat import tool_calls
+from llamacore.chat.prompt import tool_setup
+from llamacore.generation.events import Finished
+from llamacore.chat.reasoning import Reasoning
+from llamacore.chat.openai import assistant_message
+from llamaserve.api.anthropic.protocol import (
+    MessagesRequest,
+    chat_messages,
+    chat_tools,
+    content_blocks,
+    error_body,
+    input_usage,
+    new_message,
+    sse,
+    stop_reason,
+    template_kwargs,
+)
+from llamaserve.serving.choices import Choice, run_choices
+from llamaserve.errors import APIError, api_error_for
+from llamaserve.api.common import (
+    acquire,
+    acquire_engine,
+    check_prompt_fits,
+    count_adapter_usage,
+    parse_body,
+    sampling_for,
+)
+from llamaserve.api.sse import first_event, sse_response
+from llamaserve.serving.thinking import chat_input
+from llamaserve.serving.vision import load_message_images, prompt_off_loop
+
+log = logging.getLogger(__name__)
+
+
+def _error(exc: BaseException) -> Response:
+    err = api_error_for(exc)
+    if err.status >= 500 and not isinstance(exc, APIError):
+        log.error("messages: %s: %s", type(exc).__name__, exc)
+    return JSONResponse(error_body(err.status, err.message), status_code=err.status, headers=err.headers)
+
+
+async def messages(request: Request) -> Response:
+    try:
+        return await _messages(request)
+    except Exception as exc:     # every failure in Anthropic's shape on this route
+        return _error(exc)
+
+
+async def count_tokens(request: Request) -> Response:
+    try:
+        body = await parse_body(request, MessagesRequest)
+        async with AsyncExitStack() as stack:
+            entry, loaded = await acquire(stack, request.app.state.registry, body.model)
+            if loaded.engine is None:
+                raise APIError(400, f"model '{entry.alias}' is an embedding model", param="model")
+            template = loaded.chat_template(entry)
+            tools, tool_choice = chat_tools(body)
+            rendered_tools, _ = tool_setup(template, tools, tool_choice)
+            messages_in = chat_messages(body)
+            projector, images = await load_message_images(request.app.state.config, loaded.engine, entry.alias,
+                                                          messages_in)
+            tokens = (await prompt_off_loop(images, chat_input, loaded.model, entry, template, messages_in,
+                                            rendered_tools, chat_template_kwargs=template_kwargs(body),
+                                            projector=projector, images=images)).tokens
+        return JSONResponse({"input_tokens": len(tokens)})
+    except ValueError as exc:
+        return _error(APIError(400, str(exc)))
+    except Exception as exc:
+        return _error(exc)
+
+
+async def _messages(request: Request) -> Response:
+    body = await parse_body(request, MessagesRequest)
+    if body.max_tokens is None:
+        raise APIError(400, "max_tokens: Field required", param="max_tokens")
+    state = request.app.state
+    stack = AsyncExitStack()
+    handed_over = False
+    try:
+        acquired = await acquire_engine(stack, state.registry, body, body.model)
+        entry, engine = acquired.entry, acquired.engine
+        template = acquired.loaded.chat_template(entry)
+        messages_in = chat_messages(body)
+        tools, tool_choice = chat_tools(body)
+        try:
+            rendered_tools, grammar = tool_setup(template, tools, tool_choice)
+            projector, images = await load_message_images(state.config, engine, entry.alias, messages_in)
+            prompt = await prompt_off_loop(images, chat_input, engine.model, entry, template, messages_in,
+                                           rendered_tools, chat_template_kwargs=template_kwargs(body),
+                                           projector=projector, images=images)
+            tokens, template_stops, reasoning = prompt.tokens, prompt.stops, prompt.reasoning
+        except ValueError as exc:
+            raise APIError(400, str(exc)) from None
+        check_prompt_fits(len(tokens), engine.n_ctx_seq)
+        user_stops = list(body.stop_sequences or [])
+        sampling = sampling_for(entry, body, temperature=body.temperature, top_k=body.top_k, top_p=body.top_p,
+                                grammar=grammar)
+        choice = Choice(index=0, tokens=tokens, sampling=sampling)
+        events = run_choices(engine, [choice], stack, max_tokens=body.max_tokens, adapters=acquired.selection.key,
+                             stops=template_stops + user_stops, n_logprobs=None, ignore_eos=False,
+                             metrics=state.metrics, model_name=entry.alias)
+        count_adapter_usage(stack, state.registry, acquired, len(tokens), [choice])
+        style = tool_calls.style_for(template) if rendered_tools else None
+        message = new_message(body.model or entry.alias, len(tokens))
+
+        def finish(finished: Finished | None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+            answer, reason = assistant_message(choice.text, finished.reason if finished else None, style, reasoning)
+            blocks = content_blocks(answer)
+            stop, sequence = stop_reason(reason, finished.stop_sequence if finished else None, user_stops,
+                                         any(b["type"] == "tool_use" for b in blocks))
+            return blocks, {"stop_reason": stop, "stop_sequence": sequence}
+
+        def final_usage() -> dict[str, int]:
+            n_cached = choice.timings.n_cached if choice.timings is not None else 0
+            return input_usage(len(tokens), n_cached) | {"output_tokens": choice.n_generated}
+
+        if not body.stream:
+            async for _ in events:
+                pass
+            blocks, ending = finish(choice.finish)
+            message.update(content=blocks, **ending)
+            message["usage"] = final_usage()
+            return JSONResponse(message)
+
+        async def stream() -> AsyncGenerator[str, None]:
+            yield sse("message_start", {"type": "message_start", "message": message})
+            live = _LiveBlocks(reasoning, held=style is not None)   # with tools the answer waits for the end
+            if style is None and reasoning is None:
+                for item in live.open("text"):
+                    yield item
+            yield sse("ping", {"type": "ping"})
+            async for _, event in events:
+                if not isinstance(event, Finished) and event.text:
+                    for item in live.push(event.text):
+                        yield item
+            for item in live.finish():
+                yield item
+            blocks, ending = finish(choice.finish)
+            if style is not None:
+                for block in blocks:
+                    if block["type"] != "thinking":       # streamed already
+                        for item in _block_events(live.next_index(), block):
+                            yield item
+            yield sse("message_delta", {"type": "message_delta", "delta": ending, "usage": final_usage()})
+            yield sse("message_stop", {"type": "message_stop"})
+
+        if (left := await first_event(events, request)) is not None:
+            return left
+        handed_over = True
+        return sse_response(stream(), release=stack.aclose, encode=str, end="",
+                            on_error=lambda err: sse("error", error_body(err.status, err.message)))
+    finally:
+        if not handed_over:
+            await stack.aclose()
+
+
+class _LiveBlocks:
+    """Content blocks streamed as the text comes: a thinking block (thinking_delta events, closed by an
+    empty signature_delta as llama-server does) while the model reasons, then a text block, unless the
+    answer is `held` (tools offered: it becomes blocks at the end)."""
+
+    def __init__(self, reasoning: Reasoning | None, held: bool) -> None:
+        # (deepseek-legacy's inline reasoning is a chat-stream form: here reasoning is always its own block)
+        self.splitter = replace(reasoning, format="deepseek").splitter() if reasoning is not None else None
+        self.held = held
+        self.index = -1
+        self.kind: str | None = None            # the open block's type, if any
+        self.opened = 0                         # blocks started so far
+
+    def next_index(self) -> int:
+        self.opened += 1
+        return self.opened - 1
+
+    def open(self, kind: str) -> list[str]:
+        out = self.close()
+        self.index, self.kind = self.next_index(), kind
+        start = {"type": "thinking", "thinking": ""} if kind == "thinking" else {"type": "text", "text": ""}
+        out.append(sse("content_block_start", {"type": "content_block_start", "index": self.index,
+                                               "content_block": start}))
+        return out
+
+    def close(self) -> list[str]:
+        if self.kind is None:
+            return []
+        out = []
+        if self.kind == "thinking":
+            out.append(self._delta({"type": "signature_delta", "signature": ""}))
+        out.append(sse("content_block_stop", {"type": "content_block_stop", "index": self.index}))
+        self.kind = None
+        return out
+
+    def push(self, text: str) -> list[str]:
+        return self._parts(self.splitter.push(text) if self.splitter is not None else [("content", text)])
+
+    def finish(self) -> list[str]:
+        out = self._parts(self.splitter.finish()) if self.splitter is not None else []
+        if not self.held and self.opened == 0:     # an empty answer still has its text block
+            out += self.open("text")
+        return out + self.close()
+
+    def _parts(self, parts: list[tuple[str, str]]) -> list[str]:
+        out: list[str] = []
+        for kind, text in parts:
+            block = "thinking" if kind == "reasoning" else "text"
+            if block == "text" and self.held:
+                continue
+            if block != self.kind:
+                out += self.open(block)
+            out.append(self._delta({"type": "thinking_delta", "thinking": text} if block == "thinking"
+                                   else {"type": "text_delta", "text": text}))
+        return out
+
+    def _delta(self, delta: dict[str, Any]) -> str:
+        return sse("content_block_delta", {"type": "content_block_delta", "index": self.index, "delta": delta})
+
+
+def _block_events(index: int, block: dict[str, Any]) -> list[str]:
+    """A finished content block as its start, one delta and its stop."""
+    start: dict[str, Any]
+    if block["type"] == "text":
+        start = {"type": "text", "text": ""}
+        delta = {"type": "text_delta", "text": block["text"]}
+    else:
+        start = {**block, "input": {}}
+        delta = {"type": "input_json_delta", "partial_json": _json(block["input"])}
+    return [sse("content_block_start", {"type": "content_block_start", "index": index, "content_block": start}),
+            sse("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}),
+            sse("content_block_stop", {"type": "content_block_stop", "index": index})]
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)

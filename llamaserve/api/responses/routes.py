@@ -1,0 +1,259 @@
+"""OpenAI's Responses API: POST /v1/responses (streamed or not), GET and DELETE /v1/responses/{id}.
+
+The request runs through the chat pipeline (the model's template, tool calls, grammars, the
+engine); llamaserve.api.responses.protocol converts the shapes and llamaserve.api.responses.store keeps what
+`previous_response_id` continues. A stream sends OpenAI's typed events, each with its
+`sequence_number`: without tools the text streams as it comes; with tools it is held until the
+answer is parsed, then sent as message and function_call items. A thinking model's reasoning
+streams first as a reasoning item (response.reasoning_text.delta). Errors use OpenAI's shape.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncGenerator, Iterator
+from contextlib import AsyncExitStack, contextmanager
+from dataclasses import replace
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from llamacore.chat import tool_calls
+from llamacore.chat.prompt import grammar_for, tool_setup
+from llamacore.generation.events import Finished, Progress
+from llamacore.chat.openai import assistant_message
+from llamaserve.serving.choices import Choice, run_choices_reporting
+from llamaserve.errors import APIError
+from llamaserve.api.responses.store import ResponseStore
+from llamaserve.api.responses.protocol import (
+    ResponseDraft,
+    ResponsesRequest,
+    chat_messages,
+    chat_tools,
+    check_supported,
+    input_items,
+    message_item,
+    output_items,
+    response_format,
+)
+from llamaserve.api.common import acquire_engine, check_prompt_fits, count_adapter_usage, parse_body, sampling_for
+from llamaserve.api.sse import first_event, sse_response
+from llamaserve.serving.thinking import chat_input
+from llamaserve.serving.vision import load_message_images, prompt_off_loop
+
+
+class Events:
+    """The server-sent events of one streamed response, numbered by `sequence_number` from 0."""
+
+    def __init__(self) -> None:
+        self.sequence = 0
+
+    def __call__(self, kind: str, **data: Any) -> str:
+        payload = {"type": kind, **data, "sequence_number": self.sequence}
+        self.sequence += 1
+        return f"event: {kind}\ndata: {json.dumps(payload, ensure_ascii=False, separators=(',', ':'))}\n\n"
+
+    def error(self, err: APIError) -> str:
+        return self("error", code=err.code, message=err.message, param=err.param)
+
+    def message_start(self, index: int, item_id: str) -> list[str]:
+        item = {**message_item(item_id, "", "in_progress"), "content": []}
+        return [self("response.output_item.added", output_index=index, item=item),
+                self("response.content_part.added", item_id=item_id, output_index=index, content_index=0,
+                     part={"type": "output_text", "text": "", "annotations": []})]
+
+    def text_delta(self, index: int, item_id: str, text: str, **extra: Any) -> str:
+        return self("response.output_text.delta", item_id=item_id, output_index=index, content_index=0,
+                    delta=text, logprobs=[], **extra)
+
+    def message_end(self, index: int, item: dict[str, Any]) -> list[str]:
+        part = item["content"][0]
+        return [self("response.output_text.done", item_id=item["id"], output_index=index, content_index=0,
+                     text=part["text"], logprobs=[]),
+                self("response.content_part.done", item_id=item["id"], output_index=index, content_index=0,
+                     part=part),
+                self("response.output_item.done", output_index=index, item=item)]
+
+    def reasoning_start(self, index: int, item_id: str) -> str:
+        return self("response.output_item.added", output_index=index,
+                    item={"type": "reasoning", "id": item_id, "summary": [], "content": []})
+
+    def reasoning_delta(self, index: int, item_id: str, text: str) -> str:
+        return self("response.reasoning_text.delta", item_id=item_id, output_index=index, content_index=0,
+                    delta=text)
+
+    def reasoning_end(self, index: int, item: dict[str, Any]) -> list[str]:
+        return [self("response.reasoning_text.done", item_id=item["id"], output_index=index, content_index=0,
+                     text=item["content"][0]["text"]),
+                self("response.output_item.done", output_index=index, item=item)]
+
+    def whole_item(self, index: int, item: dict[str, Any]) -> list[str]:
+        """A finished output item as the events that add it, carry its text or arguments, and end it."""
+        if item["type"] == "reasoning":
+            return [self.reasoning_start(index, item["id"]),
+                    self.reasoning_delta(index, item["id"], item["content"][0]["text"]), *self.reasoning_end(index, item)]
+        if item["type"] == "message":
+            return [*self.message_start(index, item["id"]),
+                    self.text_delta(index, item["id"], item["content"][0]["text"]), *self.message_end(index, item)]
+        return [self("response.output_item.added", output_index=index,
+                     item={**item, "arguments": "", "status": "in_progress"}),
+                self("response.function_call_arguments.delta", item_id=item["id"], output_index=index,
+                     delta=item["arguments"]),
+                self("response.function_call_arguments.done", item_id=item["id"], output_index=index,
+                     name=item["name"], arguments=item["arguments"]),
+                self("response.output_item.done", output_index=index, item=item)]
+
+
+@contextmanager
+def _refused_as(param: str) -> Iterator[None]:
+    """A ValueError inside (a bad tool, message or schema) becomes a 400 naming `param`."""
+    try:
+        yield
+    except ValueError as exc:
+        raise APIError(400, str(exc), param=param) from None
+
+
+async def create_response(request: Request) -> Response:
+    body = await parse_body(request, ResponsesRequest)
+    check_supported(body)
+    state = request.app.state
+    store: ResponseStore = state.responses
+    history = [] if body.previous_response_id is None else \
+        store.get(body.previous_response_id, "previous_response_id").conversation()
+    items = [*history, *input_items(body.input)]
+    messages = chat_messages(body.instructions, items)
+    tools, tool_choice = chat_tools(body.tools, body.tool_choice)
+    text_format = response_format(body.text)
+    stack = AsyncExitStack()
+    handed_over = False
+    try:
+        acquired = await acquire_engine(stack, state.registry, body, body.model)
+        entry, engine = acquired.entry, acquired.engine
+        template = acquired.loaded.chat_template(entry)
+        with _refused_as("tools"):
+            rendered_tools, grammar = tool_setup(template, tools, tool_choice)
+        with _refused_as("input"):
+            projector, images = await load_message_images(state.config, engine, entry.alias, messages)
+            prompt = await prompt_off_loop(images, chat_input, engine.model, entry, template, messages,
+                                           rendered_tools, reasoning_effort=(body.reasoning or {}).get("effort"),
+                                           projector=projector, images=images)
+            tokens, stops, reasoning = prompt.tokens, prompt.stops, prompt.reasoning
+        if grammar is None and text_format is not None:          # (a forced call has no text to format)
+            with _refused_as("text.format.schema"):
+                grammar = await asyncio.to_thread(grammar_for, text_format, cache=state.grammars,
+                                                  whitespace=entry.json_whitespace or "compact")
+        check_prompt_fits(len(tokens), engine.n_ctx_seq, param="input")
+        sampling = sampling_for(entry, body, temperature=1.0 if body.temperature is None else body.temperature,
+                                top_p=1.0 if body.top_p is None else body.top_p, grammar=grammar)
+        choice = Choice(index=0, tokens=tokens, sampling=sampling)
+        generated = run_choices_reporting(engine, [choice], stack, max_tokens=body.max_output_tokens,
+                                          adapters=acquired.selection.key, stops=stops, n_logprobs=None,
+                                          ignore_eos=False, metrics=state.metrics, model_name=entry.alias,
+                                          progress=bool(body.return_progress and body.stream))
+        count_adapter_usage(stack, state.registry, acquired, len(tokens), [choice])
+        style = tool_calls.style_for(template) if rendered_tools else None
+        draft = ResponseDraft(body, body.model or entry.alias)
+
+        def finish() -> dict[str, Any]:
+            """The finished response object, stored unless the request said store: false."""
+            finished: Finished | None = choice.finish
+            answer, reason = assistant_message(choice.text, finished.reason if finished else None, style, reasoning)
+            output = output_items(answer, reason, draft.message_id, always_text=style is None,
+                                  max_calls=draft.max_calls, reasoning_id=draft.reasoning_id)
+            final = draft.snapshot(output, len(tokens), choice.n_generated, reason, done=True)
+            if body.store is not False:
+                store.put(items, final)
+            return final
+
+        if not body.stream:
+            async for _ in generated:
+                pass
+            return JSONResponse(finish())
+
+        write = Events()
+
+        async def stream() -> AsyncGenerator[str, None]:
+            yield write("response.created", response=draft.snapshot([]))
+            yield write("response.in_progress", response=draft.snapshot([]))
+            live = style is None               # without tools the text streams as it comes (reasoning always)
+            # (deepseek-legacy's inline reasoning is a chat-stream form: here reasoning is always its own item)
+            splitter = replace(reasoning, format="deepseek").splitter() if reasoning is not None else None
+            started: list[str] = []            # the types of the items streamed so far, in output order
+            if live and splitter is None:
+                started.append("message")
+                for event in write.message_start(0, draft.message_id):
+                    yield event
+
+            def parts_events(parts: list[tuple[str, str]]) -> Iterator[str]:
+                for kind, text in parts:
+                    if kind == "reasoning":
+                        if not started:
+                            started.append("reasoning")
+                            yield write.reasoning_start(0, draft.reasoning_id)
+                        yield write.reasoning_delta(0, draft.reasoning_id, text)
+                    elif live:
+                        if "message" not in started:
+                            started.append("message")
+                            yield from write.message_start(len(started) - 1, draft.message_id)
+                        yield write.text_delta(len(started) - 1, draft.message_id, text, **telemetry())
+
+            def telemetry() -> dict[str, Any]:
+                """llama-server's timings on each delta, when asked (timings_per_token)."""
+                if not body.timings_per_token or choice.timings is None:
+                    return {}
+                return {"timings": choice.timings.llama_cpp()}
+
+            async for _, step in generated:
+                if isinstance(step, Progress):       # llama-server's prompt_progress (return_progress)
+                    assert choice.timings is not None
+                    yield write("response.in_progress", response=draft.snapshot([]), **choice.timings.progress(step))
+                elif not isinstance(step, Finished) and step.text:
+                    for event in (parts_events(splitter.push(step.text)) if splitter is not None
+                                  else parts_events([("content", step.text)])):
+                        yield event
+            for event in parts_events(splitter.finish() if splitter is not None else []):
+                yield event
+            if live and "message" not in started:      # an empty answer still has its message item
+                started.append("message")
+                for event in write.message_start(len(started) - 1, draft.message_id):
+                    yield event
+            final = finish()
+            for index, item in enumerate(final["output"]):
+                if index < len(started):       # streamed: only its end remains
+                    ending = (write.reasoning_end(index, item) if item["type"] == "reasoning"
+                              else write.message_end(index, item))
+                else:
+                    ending = write.whole_item(index, item)
+                for event in ending:
+                    yield event
+            assert choice.timings is not None      # llama-server's timings, an extension field of the last event
+            yield write(f"response.{final['status']}", response=final,     # completed or incomplete
+                        timings=choice.timings.llama_cpp())
+
+        if (left := await first_event(generated, request)) is not None:
+            return left
+        handed_over = True
+        return sse_response(stream(), release=stack.aclose, encode=str, end="", on_error=write.error)
+    finally:
+        if not handed_over:
+            await stack.aclose()
+
+
+def _check_query(request: Request) -> None:
+    if request.query_params.get("stream", "").lower() not in ("", "false", "0"):
+        raise APIError(400, "stream: replaying a stored response as events is not supported", param="stream")
+    if request.query_params.getlist("include"):
+        raise APIError(400, "include: no additional output data is available from this server", param="include")
+
+
+async def get_response(request: Request) -> Response:
+    _check_query(request)
+    return JSONResponse(request.app.state.responses.get(request.path_params["response_id"]).response)
+
+
+async def delete_response(request: Request) -> Response:
+    response_id = request.path_params["response_id"]
+    request.app.state.responses.delete(response_id)
+    return JSONResponse({"id": response_id, "object": "response", "deleted": True})

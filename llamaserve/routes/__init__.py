@@ -1,1 +1,0 @@
-"""HTTP routes; each module serves one part of the API."""

@@ -1,0 +1,72 @@
+"""A chat request's prompt on a model, with llama-server's thinking settings (llamacore.chat.reasoning).
+
+The model entry gives `reasoning` (on/off/auto), `reasoning_format` and `chat_template_kwargs`;
+a request may set its own reasoning_format, chat_template_kwargs (merged over the model's) and
+reasoning_effort. Every chat-shaped route (chat completions, Anthropic messages, responses,
+apply-template, token counts) renders through here, so they agree on the prompt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from llamacore import Image, Model, Projector
+from llamacore.chat.prompt import chat_prompt, continues
+from llamacore.chat.reasoning import Reasoning, template_kwargs
+from llamaserve.config.settings import ModelEntry
+
+
+@dataclass(frozen=True)
+class ChatInput:
+    """A rendered chat prompt: its text and tokens, the template's stop strings, and how the answer's
+    reasoning is split off (None: it is not)."""
+
+    text: str
+    tokens: list[int]
+    stops: list[str]
+    reasoning: Reasoning | None
+
+
+def chat_input(model: Model, entry: ModelEntry, template: str, messages: list[dict[str, Any]],
+               tools: list | None, *, reasoning_format: str | None = None,
+               chat_template_kwargs: Mapping[str, Any] | None = None,
+               reasoning_effort: str | None = None, add_generation_prompt: bool | None = None,
+               continue_final_message: bool | None = None, projector: Projector | None = None,
+               images: list[Image] | None = None) -> ChatInput:
+    """The prompt for `messages` (ValueError for a bad template variable or a template that fails, or
+    for contradicting add_generation_prompt / continue_final_message). `images`: the messages' image
+    parts, loaded, for a model with a vision `projector`."""
+    kwargs = kwargs_for(entry, template, chat_template_kwargs, reasoning_effort)
+    add, cont = continuation(messages, add_generation_prompt, continue_final_message)
+    text, tokens, stops = chat_prompt(model, template, messages, tools, template_kwargs=kwargs,
+                                      add_generation_prompt=add, continue_final_message=cont,
+                                      projector=projector, images=images)
+    reasoning = Reasoning.for_prompt(template, text, reasoning_format or entry.reasoning_format)
+    return ChatInput(text, tokens, stops, reasoning)
+
+
+def continuation(messages: list[dict[str, Any]], add_generation_prompt: bool | None,
+                 continue_final_message: bool | None) -> tuple[bool, bool]:
+    """(add_generation_prompt, continue_final_message) for a request. Unset, a conversation that ends with
+    the assistant's text is continued (llama-server's and Ollama's prefill); vLLM's explicit pair works too."""
+    if add_generation_prompt and continue_final_message:
+        raise ValueError("add_generation_prompt and continue_final_message cannot both be true")
+    if continue_final_message is None:
+        continue_final_message = add_generation_prompt is not False and continues(messages)
+    if continue_final_message and len(messages) > 1 and messages[-2].get("role") == "assistant":
+        raise ValueError("the conversation ends with two assistant messages: which one to continue is unclear "
+                         "(as llama-server, this is refused)")
+    return (not continue_final_message if add_generation_prompt is None else add_generation_prompt,
+            continue_final_message)
+
+
+def kwargs_for(entry: ModelEntry, template: str, chat_template_kwargs: Mapping[str, Any] | None = None,
+               reasoning_effort: str | None = None) -> dict[str, Any]:
+    """The extra template variables of a request on `entry` (enable_thinking resolved)."""
+    return template_kwargs(template, reasoning=entry.reasoning, defaults=entry.chat_template_kwargs,
+                           request=chat_template_kwargs, reasoning_effort=reasoning_effort)
+
+
+__all__ = ["ChatInput", "chat_input", "kwargs_for"]
