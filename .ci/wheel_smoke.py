@@ -43,7 +43,7 @@ try:
                     break
         except OSError:
             if server.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"llamaserve did not start:\n{server.stdout.read().decode()}")
+                raise SystemExit(f"llamaserve did not start:\n{server.stdout.read().decode()}") from None
             time.sleep(0.2)
     body = json.dumps({"model": "tiny", "prompt": "Hello", "max_tokens": 3}).encode()
     req = urllib.request.Request(base + "/v1/completions", data=body, headers={"Content-Type": "application/json"})

@@ -29,10 +29,9 @@ import tempfile
 import time
 from pathlib import Path
 
+import bench_core
 import httpx
 import servers
-
-import bench_core
 from models import ensure_model  # also puts the checkout on sys.path
 from peer_tools import ensure_tool, repack_args
 

@@ -29,8 +29,16 @@ from pathlib import Path
 import httpx
 import servers
 from models import SPECS, ensure_model  # also puts the checkout on sys.path
-from server_rounds import (add_model_options, add_round_options, bench, print_table, ratio, run_report, summarize,
-                           warm_started)
+from server_rounds import (
+    add_model_options,
+    add_round_options,
+    bench,
+    print_table,
+    ratio,
+    run_report,
+    summarize,
+    warm_started,
+)
 
 N_CTX = 256
 PARALLEL = 8

@@ -34,9 +34,9 @@ import tempfile
 from pathlib import Path
 
 from bench_speculative import CHANGE_EVERY, INSTRUCTION, REWRITE_TAIL, STORY
+from llama_side import Side, lcp_environment
 from models import ensure_model  # also puts the checkout on sys.path
 from peer_tools import ROOT
-from llama_side import Side, lcp_environment
 from sides import paired_ratio
 from speculative_models import copy_model, draft_model, sibling_pair
 

@@ -36,8 +36,8 @@ from pathlib import Path
 
 import httpx
 import servers
-from models import ensure_model  # also puts the checkout on sys.path
 from llama_side import ROOT, Side, lcp_environment
+from models import ensure_model  # also puts the checkout on sys.path
 from server_rounds import PROMPT, make_client, one_request, switch_ttfts
 from sides import alternate, medians, ratios, script_main
 

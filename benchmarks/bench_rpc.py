@@ -24,8 +24,16 @@ from pathlib import Path
 import servers
 from models import SPECS, ensure_model  # also puts the checkout on sys.path
 from peer_tools import ROOT
-from server_rounds import (add_model_options, add_round_options, bench, print_table, ratio, run_report, summarize,
-                           warm_started)
+from server_rounds import (
+    add_model_options,
+    add_round_options,
+    bench,
+    print_table,
+    ratio,
+    run_report,
+    summarize,
+    warm_started,
+)
 
 from llamacore.rpc import RPCUnavailableError, preflight
 

@@ -33,8 +33,18 @@ from pathlib import Path
 
 import servers
 from models import SPECS, ensure_loras, ensure_model  # also puts the checkout on sys.path
-from server_rounds import (N_GEN, PROMPT, add_model_options, add_round_options, bench, print_table, ratio, run_report,
-                           summarize, warm_started)
+from server_rounds import (
+    N_GEN,
+    PROMPT,
+    add_model_options,
+    add_round_options,
+    bench,
+    print_table,
+    ratio,
+    run_report,
+    summarize,
+    warm_started,
+)
 
 N_CTX = 256
 ONE_CLIENT_REPS = 3         # the 1-client level runs this many times --reps rounds

@@ -11,10 +11,9 @@ import sys
 from pathlib import Path
 
 import plots
-from report_speculative import llama_speculative_rows, speculative_rows, speculative_targets
-
 from report_load import load_rows, rss_rows
 from report_rows import Row, case_result
+from report_speculative import llama_speculative_rows, speculative_rows, speculative_targets
 
 
 def _num(x: float | None, unit: str = "") -> str:

@@ -31,20 +31,20 @@ from pathlib import Path
 import bench_attention
 import bench_core
 import bench_isolation
+import bench_llama_speculative
 import bench_llm
 import bench_load
-import bench_llama_speculative
 import bench_lora_switch
 import bench_mixed_lora
 import bench_prefix
 import bench_rpc
 import bench_server
 import bench_speculative
-import speculative_models
 import bench_vision
 import machine
 import report
 import servers
+import speculative_models
 from models import ensure_image, ensure_loras, ensure_model, ensure_projector
 from peer_tools import ROOT, ensure_tool
 
@@ -296,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     mode = "quick" if args.quick else "full"
     m = MODES[mode]
     started = time.time()
-    date = dt.datetime.now(dt.timezone.utc)
+    date = dt.datetime.now(dt.UTC)
     stem = f"{date:%Y-%m-%d}-{machine.machine_id()}" + ("-quick" if args.quick else "")
     results: dict = {"date": date.isoformat(timespec="seconds"), "mode": mode, "threads": args.threads,
                      "command": "python -m benchmarks " + " ".join(argv if argv is not None else sys.argv[1:]),

@@ -27,7 +27,6 @@ from llamacore._llama.completion import Completions
 from llamacore._llama.drafts import draft_source
 from llamacore._llama.embedding import Embeddings, sequences_per_decode
 from llamacore._llama.generation import Generation
-from llamacore.gguf.hub import download
 from llamacore._llama.options import check_unsupported, context_options, numa_strategy, option_name
 from llamacore._llama.state import CacheAndState
 from llamacore._llama.tokens import TokenLevel
@@ -35,6 +34,7 @@ from llamacore._llama.vision_handler import is_vision_handler
 from llamacore.chat import prompt as chat
 from llamacore.generation.draft_pacing import DraftPacing
 from llamacore.generation.kv_reuse import AdapterKey, adapter_key
+from llamacore.gguf.hub import download
 from llamacore.llama_cache import BaseLlamaCache, longest_token_prefix
 from llamacore.llama_tokenizer import LlamaTokenizer
 from llamacore.vision.media import MediaPolicy

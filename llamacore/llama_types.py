@@ -4,11 +4,11 @@ against it type-checks here); llamacore.chat.openai builds the responses."""
 
 from __future__ import annotations
 
-from typing import Any, Literal, NotRequired, Optional, Required, TypedDict, Union
+from typing import Any, Literal, NotRequired, Required, TypedDict
 
 # -- requests: messages, content parts, tools, functions --------------------------------------
 
-JsonType = Union[None, int, str, bool, list[Any], dict[str, Any]]
+JsonType = None | int | str | bool | list[Any] | dict[str, Any]
 
 
 class ChatCompletionFunction(TypedDict):
@@ -44,8 +44,8 @@ class ChatCompletionRequestMessageContentPartImage(TypedDict):
     image_url: str | ChatCompletionRequestMessageContentPartImageImageUrl
 
 
-ChatCompletionRequestMessageContentPart = Union[ChatCompletionRequestMessageContentPartText,
-                                                ChatCompletionRequestMessageContentPartImage]
+ChatCompletionRequestMessageContentPart = (ChatCompletionRequestMessageContentPartText
+                                           | ChatCompletionRequestMessageContentPartImage)
 
 
 class ChatCompletionRequestSystemMessage(TypedDict):
@@ -87,16 +87,16 @@ class ChatCompletionRequestFunctionMessage(TypedDict):
     name: str
 
 
-ChatCompletionRequestMessage = Union[ChatCompletionRequestSystemMessage, ChatCompletionRequestUserMessage,
-                                     ChatCompletionRequestAssistantMessage, ChatCompletionRequestToolMessage,
-                                     ChatCompletionRequestFunctionMessage]
+ChatCompletionRequestMessage = (ChatCompletionRequestSystemMessage | ChatCompletionRequestUserMessage
+                                | ChatCompletionRequestAssistantMessage | ChatCompletionRequestToolMessage
+                                | ChatCompletionRequestFunctionMessage)
 
 
 class ChatCompletionRequestFunctionCallOption(TypedDict):
     name: str
 
 
-ChatCompletionRequestFunctionCall = Union[Literal["none", "auto"], ChatCompletionRequestFunctionCallOption]
+ChatCompletionRequestFunctionCall = Literal["none", "auto"] | ChatCompletionRequestFunctionCallOption
 ChatCompletionFunctionParameters = dict[str, JsonType]
 
 
@@ -120,7 +120,7 @@ class ChatCompletionNamedToolChoice(TypedDict):
     function: ChatCompletionNamedToolChoiceFunction
 
 
-ChatCompletionToolChoiceOption = Union[Literal["none", "auto", "required"], ChatCompletionNamedToolChoice]
+ChatCompletionToolChoiceOption = Literal["none", "auto", "required"] | ChatCompletionNamedToolChoice
 
 
 # -- responses -------------------------------------------------------------------------------
@@ -139,16 +139,16 @@ class CompletionUsage(TypedDict, total=False):
 
 class CompletionLogprobs(TypedDict):
     text_offset: list[int]
-    token_logprobs: list[Optional[float]]
+    token_logprobs: list[float | None]
     tokens: list[str]
-    top_logprobs: list[Optional[dict[str, float]]]
+    top_logprobs: list[dict[str, float] | None]
 
 
 class CompletionChoice(TypedDict):
     text: str
     index: int
-    logprobs: Optional[CompletionLogprobs]
-    finish_reason: Optional[str]
+    logprobs: CompletionLogprobs | None
+    finish_reason: str | None
 
 
 class _CompletionBase(TypedDict):
@@ -169,8 +169,8 @@ CreateCompletionStreamResponse = CreateCompletionResponse
 
 class ChatCompletionTopLogprobToken(TypedDict):
     token: str
-    logprob: Optional[float]
-    bytes: Optional[list[int]]
+    logprob: float | None
+    bytes: list[int] | None
 
 
 class ChatCompletionLogprobToken(ChatCompletionTopLogprobToken):
@@ -178,7 +178,7 @@ class ChatCompletionLogprobToken(ChatCompletionTopLogprobToken):
 
 
 class ChatCompletionLogprobs(TypedDict):
-    content: Optional[list[ChatCompletionLogprobToken]]
+    content: list[ChatCompletionLogprobToken] | None
 
 
 class ChatCompletionMessageToolCall(TypedDict):
@@ -193,7 +193,7 @@ class ChatCompletionMessageToolCallChunk(ChatCompletionMessageToolCall):
 
 class ChatCompletionResponseMessage(TypedDict, total=False):
     role: Literal["assistant"]
-    content: Optional[str]
+    content: str | None
     reasoning_content: str          # a thinking model's reasoning (llama-server's and DeepSeek's field)
     tool_calls: list[ChatCompletionMessageToolCall]
 
@@ -201,8 +201,8 @@ class ChatCompletionResponseMessage(TypedDict, total=False):
 class ChatCompletionResponseChoice(TypedDict):
     index: int
     message: ChatCompletionResponseMessage
-    logprobs: Optional[ChatCompletionLogprobs]
-    finish_reason: Optional[str]
+    logprobs: ChatCompletionLogprobs | None
+    finish_reason: str | None
 
 
 class CreateChatCompletionResponse(TypedDict):
@@ -218,7 +218,7 @@ class CreateChatCompletionResponse(TypedDict):
 
 class ChatCompletionStreamResponseDelta(TypedDict, total=False):
     role: Literal["assistant"]
-    content: Optional[str]
+    content: str | None
     reasoning_content: str
     tool_calls: list[ChatCompletionMessageToolCallChunk]
 
@@ -226,8 +226,8 @@ class ChatCompletionStreamResponseDelta(TypedDict, total=False):
 class ChatCompletionStreamResponseChoice(TypedDict):
     index: int
     delta: ChatCompletionStreamResponseDelta
-    logprobs: Optional[ChatCompletionLogprobs]
-    finish_reason: Optional[str]
+    logprobs: ChatCompletionLogprobs | None
+    finish_reason: str | None
 
 
 class _ChatChunkBase(TypedDict):
@@ -268,7 +268,7 @@ class ChatCompletionResponseFunctionCall(TypedDict):
 
 
 class ChatCompletionMessageToolCallChunkFunction(TypedDict):
-    name: Optional[str]
+    name: str | None
     arguments: str
 
 

@@ -21,16 +21,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from llamaserve.api.errors import error_response
-from llamaserve.errors import KNOWN_ERRORS, APIError, api_error_for
-from llamaserve.runtime.gc_pauses import freeze_startup_objects
-from llamaserve.runtime.memory import limit_heap_arenas
-from llamaserve.runtime.logs import configure as configure_logging
-from llamaserve.runtime.metrics import Metrics
-from llamaserve.api.middleware import APIKeyAuth, RequestId, RequestMetrics
-from llamaserve.api.openapi import openapi_schema
-from llamaserve.models.registry import Registry
-from llamaserve.api.responses.store import ResponseStore
 from llamaserve.api.admin import (
     add_adapter,
     admin_load,
@@ -41,26 +31,36 @@ from llamaserve.api.admin import (
     vllm_load,
     vllm_unload,
 )
+from llamaserve.api.anthropic.routes import count_tokens, messages
+from llamaserve.api.errors import error_response
+from llamaserve.api.llama_server.completion import llama_completion
+from llamaserve.api.llama_server.props import props, set_props, slots
+from llamaserve.api.llama_server.utility import apply_template, detokenize, tokenize
+from llamaserve.api.middleware import APIKeyAuth, RequestId, RequestMetrics
 from llamaserve.api.openai.chat import chat_completions, chat_input_tokens
 from llamaserve.api.openai.completions import completions
 from llamaserve.api.openai.embeddings import embeddings, native_embeddings
-from llamaserve.api.llama_server.completion import llama_completion
-from llamaserve.api.anthropic.routes import count_tokens, messages
 from llamaserve.api.openai.models import (
     get_model,
     health,
-    ready,
     list_models,
     lora_adapters,
     prometheus,
+    ready,
     set_lora_adapters,
 )
-from llamaserve.api.llama_server.props import props, set_props, slots
+from llamaserve.api.openapi import openapi_schema
 from llamaserve.api.responses.routes import create_response, delete_response, get_response
-from llamaserve.api.llama_server.utility import apply_template, detokenize, tokenize
+from llamaserve.api.responses.store import ResponseStore
+from llamaserve.api.shutdown import Drain, DrainMiddleware
 from llamaserve.api.web_ui import chat_page
 from llamaserve.config.settings import ServerConfig
-from llamaserve.api.shutdown import Drain, DrainMiddleware
+from llamaserve.errors import KNOWN_ERRORS, APIError, api_error_for
+from llamaserve.models.registry import Registry
+from llamaserve.runtime.gc_pauses import freeze_startup_objects
+from llamaserve.runtime.logs import configure as configure_logging
+from llamaserve.runtime.memory import limit_heap_arenas
+from llamaserve.runtime.metrics import Metrics
 from llamaserve.serving.structured import grammar_cache
 
 log = logging.getLogger(__name__)

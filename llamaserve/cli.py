@@ -1,4 +1,4 @@
-"""The ``llamaserve`` command: serve, ``check`` a config, or ``init-config`` a starter one.
+"""The ``llamaserve`` command: serve, ``check`` a config, ``init-config`` a starter one, or ``demo``.
 
 Flags build the same raw settings a config file holds and go through ``parse_config``, so a
 flag gets exactly the validation and messages that the equivalent config key gets.
@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from llamaserve import __version__
-from llamaserve.config.parse import ConfigError, ServerConfig, load_config, parse_config, read_config_data
-from llamaserve.config.keys import ISOLATION_MODES, LOG_LEVELS
 from llamaserve.config.discovery import ModelsDirScan, scan_models_dir
 from llamaserve.config.hub import is_hub_ref
+from llamaserve.config.keys import ISOLATION_MODES, LOG_LEVELS
+from llamaserve.config.parse import ConfigError, ServerConfig, load_config, parse_config, read_config_data
 
 __all__ = ["build_parser", "config_from_args", "describe", "main", "starter_config", "write_starter_config"]
 
@@ -31,6 +31,7 @@ examples:
   llamaserve --model 'hf://Qwen/Qwen2-0.5B-Instruct-GGUF/*q8_0.gguf'
   llamaserve --models-dir ~/models --max-loaded-models 2
   llamaserve init-config ~/models && llamaserve check ~/models/llamaserve.yaml
+  llamaserve demo              # a tiny TinyStories model shipped with llamaserve, offline
 """
 
 
@@ -121,6 +122,12 @@ def build_parser() -> argparse.ArgumentParser:
     rpc.add_argument("--threads", type=int, metavar="N", help="CPU threads for computing (default: all cores)")
     rpc.add_argument("--cache-dir", metavar="DIR",
                      help="keep large tensors here, so a client reloading a model sends only their hashes")
+    demo = commands.add_parser(
+        "demo", help="serve a tiny story-writing model shipped with llamaserve (offline; proves the install)",
+        description="Serve stories260K, a 260K-parameter TinyStories llama shipped inside llamaserve, as the "
+                    "model \"demo\": no download, no config. It writes short children's stories.")
+    demo.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    demo.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
     deploy = commands.add_parser(
         "deploy", help="show the Dockerfile or the Kubernetes example for running replicas",
         description="Print a deployment file shipped with llamaserve, or write it (with its helper scripts) "
@@ -169,6 +176,17 @@ def rpc_worker(args: argparse.Namespace) -> int:
         print(f"llamaserve: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+DEMO_MODEL = "stories260K.gguf"
+
+
+def demo_config(args: argparse.Namespace) -> ServerConfig:
+    """`llamaserve demo`: the model shipped in llamaserve/demo/ as "demo" (a file inside the
+    installed package, so no download and no config file)."""
+    model = Path(str(resources.files("llamaserve") / "demo" / DEMO_MODEL))
+    data = {"host": args.host, "port": args.port, "models": [{"alias": "demo", "model": str(model)}]}
+    return parse_config(data, None, Path.cwd())
 
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
@@ -369,11 +387,11 @@ def main(argv: list[str] | None = None) -> int:
             path = write_starter_config(args.directory, args.output, args.force)
             print(f"wrote {path}; check it with: llamaserve check {path}")
             return 0
-        config = config_from_args(args)
+        config = demo_config(args) if args.command == "demo" else config_from_args(args)
     except (ConfigError, UsageError) as e:
         print(f"llamaserve: {e}" if isinstance(e, UsageError) else e, file=sys.stderr)
         return 2
-    if args.print_config:
+    if getattr(args, "print_config", False):
         print(describe(config))
         return 0
     from llamaserve.app import serve  # the server stack is only needed to serve

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from helpers import N_THREADS, SHARED_MODELS
 
-
 # -- generated tiny models ------------------------------------------------------------------
 
 

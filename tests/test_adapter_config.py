@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from helpers import REPO_ROOT, problems, yaml_config
 
-from llamaserve.lora.catalog import name_adapters
 from llamaserve.cli import describe
 from llamaserve.config.parse import load_config
+from llamaserve.lora.catalog import name_adapters
 
 
 def test_adapters_list_with_and_without_names(work):
@@ -68,7 +68,7 @@ def test_root_key_problems(work, lines, expected):
     path = yaml_config(work, f"{lines}\nmodels: [{{alias: a, model: models/model.gguf}}]\n")
     found = problems(path)
     assert len(found) == len(expected), found
-    for line, message in zip(found, expected):
+    for line, message in zip(found, expected, strict=False):
         assert line.startswith(f"{path}: {message.format(work=work)}"), found
 
 

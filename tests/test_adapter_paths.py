@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from llamaserve.lora.catalog import BaseAdapters, find_adapter_file, name_adapters, still_inside
-from llamaserve.errors import FieldError, UnsafePathError
 from llamaserve.config.settings import ModelEntry
+from llamaserve.errors import FieldError, UnsafePathError
+from llamaserve.lora.catalog import BaseAdapters, find_adapter_file, name_adapters, still_inside
 
 
 @pytest.fixture

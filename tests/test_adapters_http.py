@@ -103,7 +103,7 @@ def test_concurrent_per_request_scales_equal_the_same_scales_as_aliases(client, 
                 return "text", r.choices[0].text
             return await asyncio.gather(*(one(i, a, p) for i, (a, p) in enumerate(jobs)))
     got = asyncio.run(all_at_once())
-    for i, ((alias, prompt), (kind, text)) in enumerate(zip(jobs, got)):
+    for i, ((alias, prompt), (kind, text)) in enumerate(zip(jobs, got, strict=False)):
         if kind == "text":
             assert text == expected[i], (alias, prompt)
         else:
@@ -153,7 +153,7 @@ def test_bad_adapter_fields_are_400_never_dropped(client, srv, extra, param, wor
 
 @pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity", "1e999"])
 def test_non_finite_scales_are_refused(srv, literal):
-    body = '{"model": "base", "prompt": "Hi", "max_tokens": 2, "lora_adapters": {"lora-a": %s}}' % literal
+    body = '{"model": "base", "prompt": "Hi", "max_tokens": 2, "lora_adapters": {"lora-a": ' + literal + "}}"
     err = assert_openai_error(srv.post("/v1/completions", content=body,
                                        headers={"content-type": "application/json"}), 400)
     assert "finite number" in err["message"]

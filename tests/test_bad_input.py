@@ -14,7 +14,6 @@ from isolation import Case, run_python, run_table
 
 import llamacore
 
-
 # -- decoding, context and vocabulary -------------------------------------------------------
 
 DECODE_SETUP = '''

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import pytest
 from helpers import assert_batch_rows_equal_one_row_decodes
+from tiny_models import TinyModelSpec, write_model
 
 import llamacore
 from llamacore.quantize import quantize
-from tiny_models import TinyModelSpec, write_model
 
 # heads 64 wide (a multiple of the vector width, as real models' are), rows of weights a multiple of 32
 SPECS = {

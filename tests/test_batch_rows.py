@@ -18,10 +18,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from helpers import logits_in_one_batch, logits_one_at_a_time, make_ctx
+from tiny_models import TinyModelSpec, write_model
 
 import llamacore
 from llamacore.quantize import quantize
-from tiny_models import TinyModelSpec, write_model
 
 SPECS = {
     # 112 wide with one KV head of 14: the K and V products have 14 rows, which the kernel's 4-row

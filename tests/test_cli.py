@@ -259,3 +259,34 @@ def test_init_config_and_models_dir_mark_embedding_models(tiny_model_path, minil
     assert flags == {"chat": False, "minilm": True, "pooled": True}
     (tmp_path / "dir.yaml").write_text(f"models_dir: {folder}\n")
     assert {m.alias: bool(m.load.get("embedding")) for m in load_config(tmp_path / "dir.yaml").models} == flags
+
+
+@pytest.mark.slow
+@pytest.mark.server
+def test_demo_serves_the_shipped_model_offline(tmp_path):
+    """`llamaserve demo` (the README's first command) answers with the TinyStories model it ships,
+    from no config file."""
+    import openai
+    from server import ServerProcess
+
+    server = ServerProcess({}, tmp_path)
+    server.command = ["demo", "--port", str(server.port)]
+    server.start()
+    try:
+        client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="none")
+        assert [m.id for m in client.models.list().data] == ["demo"]
+        answer = client.completions.create(model="demo", prompt="Once upon a time", max_tokens=24, temperature=0)
+        words = answer.choices[0].text.split()
+        assert len(words) >= 5 and all(w.isascii() for w in words)
+    finally:
+        server.stop()
+
+
+def test_demo_model_ships_in_the_package():
+    from importlib import resources
+
+    from llamaserve.cli import DEMO_MODEL, build_parser, demo_config
+    config = demo_config(build_parser().parse_args(["demo", "--port", "8123"]))
+    assert [e.alias for e in config.models] == ["demo"] and config.port == 8123
+    assert config.models[0].model == Path(str(resources.files("llamaserve") / "demo" / DEMO_MODEL))
+    assert config.models[0].model.stat().st_size > 1_000_000

@@ -13,7 +13,6 @@ from helpers import problems, write, yaml_config
 
 from llamaserve.config.parse import ConfigError, ModelEntry, ServerConfig, load_config, parse_config
 
-
 # -- formats ---------------------------------------------------------------------------------
 
 YAML = """

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import pytest
 from helpers import assert_batch_rows_equal_one_row_decodes
+from tiny_models import TinyModelSpec, write_model
 
 import llamacore
-from llamacore.quantize import quantize
 from llamacore.generation.exact_rows import TILED_EXACT_ROWS, X86
+from llamacore.quantize import quantize
 from llamaserve.config.parse import load_config
 from llamaserve.engine.speculative import DEFAULT_N_DRAFT, default_n_draft, drafter_spec
-from tiny_models import TinyModelSpec, write_model
 
 SPEC = TinyModelSpec(n_embd=256, n_layer=2, n_head=4, n_head_kv=2, n_ff=512, dtype="f16", seed=23)
 

@@ -5,13 +5,13 @@ import threading
 import time
 
 import pytest
-
 from helpers import N_THREADS
+
 from llamacore.generation.events import Failed, Finished, FinishReason, Started, Token
 from llamacore.generation.sampling import SamplingParams
 from llamaserve.engine.engine import Engine
-from llamaserve.errors import QueueFullError
 from llamaserve.engine.request import GenRequest
+from llamaserve.errors import QueueFullError
 
 GREEDY = SamplingParams(temperature=0)
 

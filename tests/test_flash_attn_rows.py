@@ -15,9 +15,9 @@ import random
 import numpy as np
 import pytest
 from helpers import decode, make_ctx
+from tiny_models import TinyModelSpec, write_model
 
 import llamacore
-from tiny_models import TinyModelSpec, write_model
 
 SPECS = {
     # 4 query heads sharing each KV head, heads 24 wide

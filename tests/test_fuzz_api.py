@@ -14,8 +14,8 @@ import json
 
 import httpx
 import pytest
-from hypothesis import HealthCheck, given, settings
 from helpers import assert_openai_error, check_error_body
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from server import ServerProcess
 

@@ -20,8 +20,8 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from llamaserve.config.parse import ConfigError, ServerConfig, load_config
 from llamaserve.config.keys import ENTRY_KEYS, KV_CACHE_TYPES, LOG_LEVELS, POOLING_TYPES, ROOT_KEYS
+from llamaserve.config.parse import ConfigError, ServerConfig, load_config
 
 # hypothesis runs each property over many generated configs
 pytestmark = pytest.mark.slow

@@ -18,8 +18,8 @@ from hub_standin import HubStandIn
 from tiny_vision import IMAGE_TOKENS, image_bytes, pattern_image
 
 from llamaserve.cli import build_parser, config_from_args
-from llamaserve.config.parse import load_config
 from llamaserve.config.hub import HubFile
+from llamaserve.config.parse import load_config
 
 HUB_YAML = f"""
 models:

@@ -16,7 +16,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
 from tiny_models import TinyModelSpec, write_model
 
 THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")

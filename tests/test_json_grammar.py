@@ -9,8 +9,8 @@ import re
 
 import pytest
 
-from llamacore.grammar.limits import GrammarLimitError, GrammarLimits
 from llamacore.grammar.json_schema import JSON_GRAMMAR, WHITESPACE, schema_to_grammar
+from llamacore.grammar.limits import GrammarLimitError, GrammarLimits
 
 _TOKEN = re.compile(
     r"""\s*(?:

@@ -12,6 +12,7 @@ from helpers import N_THREADS
 import llamacore
 from llamacore import Llama
 from llamacore import llama_cpp as lc
+
 PROMPT = "Once upon a time"
 
 

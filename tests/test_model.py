@@ -1,9 +1,9 @@
 """Model: loading, vocabulary, metadata and sizes of the tiny llama model (and the f16 variant)."""
 
 import pytest
+from tiny_models import CHATML_TEMPLATE, TinyModelSpec
 
 import llamacore
-from tiny_models import CHATML_TEMPLATE, TinyModelSpec
 
 HELLO_WORLD_IDS = [1, 15043, 2787]  # llama-spm: <s> ▁Hello ▁World
 

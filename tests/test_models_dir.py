@@ -9,8 +9,8 @@ import pytest
 from gguf_files import fake_gguf, place
 from helpers import NO_MODELS, problems, yaml_config
 
-from llamaserve.config.parse import parse_config
 from llamaserve.config.discovery import scan_models_dir
+from llamaserve.config.parse import parse_config
 
 
 @pytest.fixture(scope="module")

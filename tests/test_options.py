@@ -16,6 +16,7 @@ from gguf_files import fake_gguf
 from isolation import run_python
 
 from llamacore.gguf import load_options as options
+
 PURE_MODULES = ("llamacore.gguf.load_options", "llamacore.gguf.header", "llamacore.gguf.check", "llamacore.chat.templates",
                 "llamacore.grammar.json_schema", "llamacore.grammar.gbnf", "llamacore.chat.tool_calls", "llamaserve.config.parse")
 

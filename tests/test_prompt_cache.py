@@ -5,13 +5,13 @@ import threading
 import time
 
 import pytest
-
 from helpers import N_THREADS
+
 from llamacore.generation.events import Finished, Started, Token
 from llamacore.generation.sampling import SamplingParams
 from llamaserve.engine.engine import Engine
-from llamaserve.engine.request import GenRequest
 from llamaserve.engine.prompt_cache import KEY_LENGTHS, SCAN_LIMIT, PromptCache
+from llamaserve.engine.request import GenRequest
 
 GREEDY = SamplingParams(temperature=0)
 STORY = [1] + list(range(1200, 1300))            # a 101-token prompt

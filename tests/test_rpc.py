@@ -195,8 +195,8 @@ def test_server_model_on_rpc_workers_and_a_worker_killed_mid_stream(tmp_path, wo
 
 
 def test_rpc_models_run_in_a_worker_process_whatever_the_default(tiny_model_path, tmp_path):
-    from llamaserve.config.parse import ConfigError, parse_config
     from llamaserve.config.keys import DEFAULT_ISOLATION
+    from llamaserve.config.parse import ConfigError, parse_config
 
     rpc = {"model": str(tiny_model_path), "rpc_servers": ["127.0.0.1:50052"]}
     config = parse_config({"models": [rpc, {"alias": "local", "model": str(tiny_model_path)}]}, None, tmp_path)

@@ -10,9 +10,9 @@ from isolation import run_python
 from scheduler_steps import EOG, Log, run, step
 
 from llamacore.generation.events import Failed, Finished, FinishReason
+from llamaserve.engine.plan import SlotState
 from llamaserve.engine.request import Sampled
 from llamaserve.engine.scheduler import Scheduler
-from llamaserve.engine.plan import SlotState
 
 A = (("a.gguf", 1.0),)
 B = (("b.gguf", 1.0),)

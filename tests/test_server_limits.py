@@ -8,8 +8,8 @@ import time
 import httpx
 import openai
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 from helpers import N_THREADS, assert_openai_error
+from prometheus_client.parser import text_string_to_metric_families
 from server import ServerProcess
 
 # each test here talks to a real llamaserve process

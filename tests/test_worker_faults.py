@@ -222,7 +222,7 @@ def test_hung_worker_is_killed_by_the_watchdog_and_restarted(fault_server):
 
 def test_worker_that_aborts_while_loading_fails_its_request_then_backs_off(fault_server):
     srv = fault_server
-    for attempt in range(3):
+    for _attempt in range(3):
         r = complete(srv, "aborts")
         assert r.status_code == 500, r.text
         error = r.json()["error"]

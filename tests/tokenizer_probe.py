@@ -6,7 +6,8 @@ are asked exactly the same questions. An exception is an answer too (its type na
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 # leading spaces, runs of spaces and newlines, accents, CJK, emoji (a ZWJ sequence), a lone combining
 # mark, control characters, the special-token spellings of several families, and the empty text

@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 from typing import Any, Self
 
-from llamacore.gguf.hub import download
 from llamacore.chat.templates import TEMPLATES
+from llamacore.gguf.hub import download
 
 LLAVA_15_TEMPLATE = TEMPLATES["llava-1-5"]
 

@@ -1,21 +1,21 @@
 """Typed generation events, shared by `Llama`'s loop and the server's engine.
 
-A generation starts with `Started` (it took a sequence; the engine's events only), produces `Token`s (ids, from the engine's thread) or `Text` (detokenized, safe to
-send), and ends with exactly one `Finished` or `Failed`. The finish reason is an enum, so a
-cancelled generation is reported as cancelled and can never pass for "length".
+A generation starts with `Started` (it took a sequence; the engine's events only), produces
+`Token`s (ids, from the engine's thread) or `Text` (detokenized, safe to send), and ends with
+exactly one `Finished` or `Failed`. The finish reason is an enum, so a cancelled generation is reported as cancelled and can never pass for "length".
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from llamacore.generation.logprobs import TokenLogprob
 
 
-class FinishReason(str, enum.Enum):
+class FinishReason(enum.StrEnum):
     """Why a generation ended; the values are OpenAI's `finish_reason` strings where OpenAI has one."""
 
     STOP = "stop"                # end-of-generation token or a stop string
@@ -74,7 +74,7 @@ class Failed:
     error: BaseException
 
 
-EngineEvent = Union[Started, Progress, Token, Finished, Failed]
-TextEvent = Union[Text, Finished]
+EngineEvent = Started | Progress | Token | Finished | Failed
+TextEvent = Text | Finished
 
 __all__ = ["EngineEvent", "Failed", "FinishReason", "Finished", "Progress", "Started", "Text", "TextEvent", "Token"]

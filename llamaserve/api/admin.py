@@ -13,15 +13,15 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
+from llamaserve.api.common import parse_body
+from llamaserve.api.openai.protocol import AddAdapterRequest, LoadLoraAdapterRequest, UnloadLoraAdapterRequest
+from llamaserve.config.settings import ModelEntry
+from llamaserve.errors import APIError, NameConflictError, UnknownModelError, api_error_for
 from llamaserve.lora.catalog import Adapter
 from llamaserve.models.crashes import CrashRecord
 from llamaserve.models.factory import isolation
-from llamaserve.errors import APIError, NameConflictError, UnknownModelError, api_error_for
 from llamaserve.models.registry import Registry
-from llamaserve.api.common import parse_body
 from llamaserve.models.runtime_adapters import RuntimeAlias
-from llamaserve.api.openai.protocol import AddAdapterRequest, LoadLoraAdapterRequest, UnloadLoraAdapterRequest
-from llamaserve.config.settings import ModelEntry
 
 # -- models ----------------------------------------------------------------------------------
 

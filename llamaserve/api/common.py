@@ -14,14 +14,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from llamacore.generation.sampling import SamplingParams
-from llamaserve.serving.choices import Choice, ChoiceEvents
-from llamaserve.models.factory import AnyEngine
-from llamaserve.errors import AdapterUnavailableError, APIError
-from llamaserve.models.registry import Loaded, Registry
-from llamaserve.lora.selection import Selection, select_adapters
 from llamaserve.api.openai.protocol import AdapterFields
-from llamaserve.config.settings import ModelEntry
 from llamaserve.api.sse import first_event, sse_response
+from llamaserve.config.settings import ModelEntry
+from llamaserve.errors import AdapterUnavailableError, APIError
+from llamaserve.lora.selection import Selection, select_adapters
+from llamaserve.models.factory import AnyEngine
+from llamaserve.models.registry import Loaded, Registry
+from llamaserve.serving.choices import Choice, ChoiceEvents
 
 T = TypeVar("T", bound=BaseModel)
 

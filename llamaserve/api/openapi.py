@@ -9,8 +9,6 @@ from pydantic.json_schema import models_json_schema
 
 from llamaserve import __version__
 from llamaserve.api.anthropic.protocol import MessagesRequest
-from llamaserve.api.responses.protocol import ResponsesRequest
-
 from llamaserve.api.openai.protocol import (
     AddAdapterRequest,
     ApplyTemplateRequest,
@@ -22,6 +20,7 @@ from llamaserve.api.openai.protocol import (
     TokenizeRequest,
     UnloadLoraAdapterRequest,
 )
+from llamaserve.api.responses.protocol import ResponsesRequest
 
 ERROR = {"$ref": "#/components/schemas/Error"}
 

@@ -19,8 +19,8 @@ from collections.abc import Iterator
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from llamaserve.api.errors import error_response
-from llamaserve.errors import APIError
 from llamaserve.api.sse import event
+from llamaserve.errors import APIError
 
 log = logging.getLogger(__name__)
 

@@ -11,9 +11,8 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from llamaserve.serving.choices import ChoiceEvents
 from llamaserve.errors import APIError
-
+from llamaserve.serving.choices import ChoiceEvents
 
 _JSON = msgspec.json.Encoder()
 

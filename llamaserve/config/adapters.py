@@ -13,9 +13,8 @@ from typing import Any
 
 from llamaserve.config.checks import Problems, config_path, path_is, read_gguf
 from llamaserve.config.keys import ADAPTER_ITEM_KEYS, scale
-from llamaserve.config.values import Invalid, string, suggest
 from llamaserve.config.settings import ModelEntry
-
+from llamaserve.config.values import Invalid, string, suggest
 
 # the file in an adapters_dir that keeps runtime adapters (persist_adapters: true)
 REGISTRY_FILE = "llamaserve-adapters.json"

@@ -7,7 +7,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from llamacore.grammar.json_schema import WHITESPACE
+from llamacore.chat.reasoning import REASONING_FORMATS, REASONING_MODES
 from llamacore.gguf.load_options import (
     EMBEDDING_ONLY_KEYS,
     FLASH_ATTN,
@@ -16,7 +16,7 @@ from llamacore.gguf.load_options import (
     POOLING_TYPES,
     SPLIT_MODES,
 )
-from llamacore.chat.reasoning import REASONING_FORMATS, REASONING_MODES
+from llamacore.grammar.json_schema import WHITESPACE
 from llamacore.rpc import parse_endpoint
 from llamaserve.config.values import (
     Check,

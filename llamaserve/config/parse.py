@@ -26,12 +26,12 @@ from llamaserve.config.adapters import (
     resolve_adapters_dirs,
 )
 from llamaserve.config.checks import LINE_BREAKS, Problems, config_path, path_is, read_gguf
-from llamaserve.config.keys import DEPRECATED_KEYS, ENTRY_KEYS, LOAD_KEYS, NAME_KEYS, ROOT_KEYS, kind_problems
-from llamaserve.config.values import Check, EnvStr, Invalid, parse_duration, parse_size, suggest
-from llamaserve.config.lcp import translate_lcp_config
 from llamaserve.config.discovery import discover
 from llamaserve.config.hub import HubFile, hub_ref, is_hub_ref
+from llamaserve.config.keys import DEPRECATED_KEYS, ENTRY_KEYS, LOAD_KEYS, NAME_KEYS, ROOT_KEYS, kind_problems
+from llamaserve.config.lcp import translate_lcp_config
 from llamaserve.config.settings import ModelEntry, ServerConfig
+from llamaserve.config.values import Check, EnvStr, Invalid, parse_duration, parse_size, suggest
 
 __all__ = [
     "ConfigError", "ModelEntry", "ServerConfig", "load_config", "parse_config",

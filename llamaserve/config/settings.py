@@ -15,6 +15,7 @@ from typing import Any
 from llamacore.vision.media import MediaPolicy
 from llamaserve.config.hub import HubFile
 
+
 @dataclass(frozen=True)
 class ModelEntry:
     """One servable name (plus extra names): a base model file, its load options and adapters.

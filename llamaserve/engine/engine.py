@@ -31,16 +31,16 @@ from typing import Any, TypeVar
 from llamacore import Batch, Context, LoraAdapter, Model
 from llamacore.generation.events import Failed, Finished, Progress, Started
 from llamacore.vision.prompt import decode_image, load_projector
+from llamaserve.engine.adapter_sets import SequenceAdapters
 from llamaserve.engine.draft_model import DraftModel, DraftModelSpec
-from llamaserve.errors import EngineClosedError, QueueFullError
+from llamaserve.engine.kv import prepare_sequence, stash_idle
+from llamaserve.engine.plan import StepPlan
+from llamaserve.engine.prompt_cache import PromptCache
 from llamaserve.engine.request import Emitted, GenRequest, Sampled
 from llamaserve.engine.sampling import RequestSamplers
-from llamaserve.engine.prompt_cache import PromptCache
 from llamaserve.engine.scheduler import Scheduler
-from llamaserve.engine.plan import StepPlan
-from llamaserve.engine.adapter_sets import SequenceAdapters
-from llamaserve.engine.kv import prepare_sequence, stash_idle
 from llamaserve.engine.speculative import Drafter, PromptLookup
+from llamaserve.errors import EngineClosedError, QueueFullError
 
 log = logging.getLogger(__name__)
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from llamacore import Context
+from llamaserve.engine.plan import Admission
 from llamaserve.engine.prompt_cache import PromptCache
 from llamaserve.engine.scheduler import Scheduler
-from llamaserve.engine.plan import Admission
 
 
 def prepare_sequence(ctx: Context, a: Admission, scheduler: Scheduler, cache: PromptCache | None) -> None:

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 
 from llamacore.generation.draft_pacing import DraftPacing
 from llamacore.generation.kv_reuse import AdapterKey
-from llamaserve.engine.request import GenRequest
 from llamaserve.engine.prompt_cache import CachedPrompt
+from llamaserve.engine.request import GenRequest
 from llamaserve.engine.speculative import DraftIndex
 
 if TYPE_CHECKING:

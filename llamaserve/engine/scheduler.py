@@ -40,11 +40,11 @@ from collections import deque
 
 from llamacore.generation.draft_pacing import DraftPacing, DraftYardstick
 from llamacore.generation.events import EngineEvent, Failed, Finished, FinishReason, Token
-from llamacore.vision.prompt import image_boundary
 from llamacore.generation.kv_reuse import common_prefix, reusable_prefix
-from llamaserve.engine.request import Emitted, GenRequest, Sampled
-from llamaserve.engine.prompt_cache import PromptCache
+from llamacore.vision.prompt import image_boundary
 from llamaserve.engine.plan import Admission, Row, Slot, SlotState, StepPlan
+from llamaserve.engine.prompt_cache import PromptCache
+from llamaserve.engine.request import Emitted, GenRequest, Sampled
 from llamaserve.engine.speculative import Drafter
 
 log = logging.getLogger(__name__)
@@ -253,7 +253,7 @@ class Scheduler:
         paced = self.drafter is not None and generating and not self._after_prompt
         self._after_prompt = not generating
         seconds = time.perf_counter() - self._step_started
-        for row, result in zip(plan.sample, sampled):
+        for row, result in zip(plan.sample, sampled, strict=False):
             slot, req = row.slot, row.slot.req
             draft = row.draft
             del slot.cached[len(slot.cached) - len(draft):]      # a draft's KV counts once it is accepted

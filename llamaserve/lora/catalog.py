@@ -21,9 +21,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from llamaserve.errors import FieldError, UnsafePathError
 from llamaserve.config.adapters import name_adapters
 from llamaserve.config.settings import ModelEntry
+from llamaserve.errors import FieldError, UnsafePathError
 
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")      # http:, file:, hf:, s3:, ...
 MAX_PATH_CHARS = 4096

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from llamacore.generation.kv_reuse import AdapterKey, adapter_key
-from llamaserve.lora.catalog import Adapter, BaseAdapters
-from llamaserve.errors import APIError
 from llamaserve.config.settings import ModelEntry
+from llamaserve.errors import APIError
+from llamaserve.lora.catalog import Adapter, BaseAdapters
 
 
 @dataclass(frozen=True)

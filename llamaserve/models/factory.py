@@ -15,12 +15,12 @@ from typing import Any, NamedTuple
 
 from llamacore import Llama
 from llamacore.gguf.load_options import CONTEXT_KEYS, MODEL_KEYS
-from llamaserve.config.keys import DEFAULT_ISOLATION
-from llamaserve.engine.engine import Engine
 from llamaserve.config.hub import local_files
-from llamaserve.runtime.logs import request_id
+from llamaserve.config.keys import DEFAULT_ISOLATION
 from llamaserve.config.settings import ModelEntry, ServerConfig
+from llamaserve.engine.engine import Engine
 from llamaserve.engine.speculative import drafter_spec
+from llamaserve.runtime.logs import request_id
 from llamaserve.worker.client import WorkerEmbedder, WorkerEngine
 from llamaserve.worker.process import WorkerProcess
 

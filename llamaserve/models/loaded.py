@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 
 from llamacore import Llama, Model
 from llamacore.chat.templates import resolve_template
-from llamaserve.engine.engine import Engine
 from llamaserve.config.settings import ModelEntry
+from llamaserve.engine.engine import Engine
+from llamaserve.runtime.memory import collect_and_trim
 from llamaserve.worker.client import WorkerEmbedder, WorkerEngine
 from llamaserve.worker.process import WorkerProcess
-from llamaserve.runtime.memory import collect_and_trim
 
 
 @dataclass(eq=False)

@@ -20,17 +20,17 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from llamaserve.lora.catalog import Adapter, BaseAdapters, still_inside
-from llamaserve.models.loaded import Loaded
-from llamaserve.runtime.memory import collect_and_trim, release_code_pages
-from llamaserve.models.crashes import CrashRecord
-from llamaserve.errors import CapacityError, ModelFailedError, ModelLoadError, UnknownModelError, WorkerCrashedError
 from llamaserve.config.hub import local_path
-from llamaserve.runtime.logs import loading_model
-from llamaserve.runtime.metrics import Metrics
-from llamaserve.models.runtime_adapters import RuntimeAdapters
 from llamaserve.config.settings import ModelEntry, ServerConfig
+from llamaserve.errors import CapacityError, ModelFailedError, ModelLoadError, UnknownModelError, WorkerCrashedError
+from llamaserve.lora.catalog import Adapter, BaseAdapters, still_inside
+from llamaserve.models.crashes import CrashRecord
 from llamaserve.models.factory import Supervision, build_embedder, build_engine, isolation
+from llamaserve.models.loaded import Loaded
+from llamaserve.models.runtime_adapters import RuntimeAdapters
+from llamaserve.runtime.logs import loading_model
+from llamaserve.runtime.memory import collect_and_trim, release_code_pages
+from llamaserve.runtime.metrics import Metrics
 from llamaserve.worker.forks import fork_server
 from llamaserve.worker.process import WorkerProcess
 

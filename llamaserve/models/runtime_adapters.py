@@ -16,18 +16,18 @@ import logging
 import os
 import time
 from collections import Counter
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from contextlib import AbstractAsyncContextManager
 from typing import Protocol
 
-from llamaserve.lora.store import StoredAdapter, read_stored, write_stored
-from llamaserve.lora.catalog import Adapter, BaseAdapters, FoundAdapter, find_adapter_file
-from llamaserve.config.keys import MAX_SCALE
 from llamaserve.config.discovery import cached_header
-from llamaserve.errors import FieldError, NameConflictError, RegistryWriteError, UnknownModelError
 from llamaserve.config.hub import local_path
+from llamaserve.config.keys import MAX_SCALE
 from llamaserve.config.settings import ModelEntry, ServerConfig
+from llamaserve.errors import FieldError, NameConflictError, RegistryWriteError, UnknownModelError
+from llamaserve.lora.catalog import Adapter, BaseAdapters, FoundAdapter, find_adapter_file
+from llamaserve.lora.store import StoredAdapter, read_stored, write_stored
 from llamaserve.models.loaded import Loaded
 from llamaserve.runtime.metrics import Metrics
 

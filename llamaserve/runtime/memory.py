@@ -11,7 +11,6 @@ import sys
 
 from llamacore import Model
 
-
 M_ARENA_MAX = -8     # glibc's mallopt parameter
 
 

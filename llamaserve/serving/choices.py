@@ -5,19 +5,19 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack, contextmanager
 from dataclasses import dataclass
-from typing import Generic, TypeVar, Union, cast
+from typing import Generic, TypeVar, cast
 
+from llamacore.chat.openai import ChoiceOutput
 from llamacore.generation.events import Finished, Progress, Text, TextEvent
 from llamacore.generation.kv_reuse import AdapterKey
-from llamacore.chat.openai import ChoiceOutput
 from llamacore.generation.sampling import SamplingParams
-from llamaserve.serving.aio import merge
-from llamaserve.models.factory import AnyEngine
 from llamaserve.errors import APIError, api_error_for
-from llamaserve.serving.generation import Generation, Timings, generate
+from llamaserve.models.factory import AnyEngine
 from llamaserve.runtime.metrics import Metrics
+from llamaserve.serving.aio import merge
+from llamaserve.serving.generation import Generation, Timings, generate
 
-ChoiceEvent = Union[Text, Finished, Progress]
+ChoiceEvent = Text | Finished | Progress
 E = TypeVar("E", TextEvent, ChoiceEvent)
 
 

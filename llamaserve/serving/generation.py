@@ -14,15 +14,25 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from llamacore.generation.events import EngineEvent, Failed, Finished, FinishReason, Progress, Started, Text, TextEvent, Token
-from llamacore.vision.prompt import images_of
+from llamacore.generation.events import (
+    EngineEvent,
+    Failed,
+    Finished,
+    FinishReason,
+    Progress,
+    Started,
+    Text,
+    TextEvent,
+    Token,
+)
 from llamacore.generation.kv_reuse import AdapterKey
 from llamacore.generation.sampling import SamplingParams
 from llamacore.generation.text_stream import TextStream
-from llamaserve.models.factory import AnyEngine
-from llamaserve.serving.mailbox import Mailbox
-from llamaserve.runtime.metrics import Metrics
+from llamacore.vision.prompt import images_of
 from llamaserve.engine.request import GenRequest
+from llamaserve.models.factory import AnyEngine
+from llamaserve.runtime.metrics import Metrics
+from llamaserve.serving.mailbox import Mailbox
 
 
 def generate(engine: AnyEngine, tokens: list[int], sampling: SamplingParams, *, max_tokens: int | None,

@@ -20,9 +20,9 @@ from llamacore import Model, Sampler
 from llamacore.chat.prompt import grammar_for
 from llamacore.grammar.cache import GrammarCache
 from llamacore.grammar.limits import GrammarLimits
+from llamaserve.config.settings import ModelEntry, ServerConfig
 from llamaserve.errors import APIError
 from llamaserve.runtime.metrics import Metrics
-from llamaserve.config.settings import ModelEntry, ServerConfig
 
 
 class GrammarRequest(Protocol):

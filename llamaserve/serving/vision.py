@@ -7,10 +7,10 @@ loop keeps serving; every refusal is a MediaError, which the routes answer with 
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from anyio.to_thread import run_sync
-from functools import partial
 
 from llamacore.vision.media import MediaError, image_urls
 from llamacore.vision.prompt import load_images

@@ -22,10 +22,10 @@ from typing import Any
 from llamacore import Llama
 from llamacore.generation.events import EngineEvent, Failed
 from llamaserve.engine.engine import Engine
-from llamaserve.runtime.logs import configure, loading_model, request_id
-from llamaserve.worker.media import ChunkCache
 from llamaserve.engine.request import GenRequest
 from llamaserve.engine.speculative import drafter_spec
+from llamaserve.runtime.logs import configure, loading_model, request_id
+from llamaserve.worker.media import ChunkCache
 from llamaserve.worker.protocol import FAILED, FINISHED, decode_sampling, encode_error, encode_event
 from llamaserve.worker.wire import ConnectionClosed, Wire
 
@@ -95,7 +95,7 @@ class EngineHost:
                 reqs.append(req)
             else:
                 failed.append((req, error))
-        refused = failed + [(req, e) for req, e in zip(reqs, self.engine.submit_all(reqs)) if e is not None]
+        refused = failed + [(req, e) for req, e in zip(reqs, self.engine.submit_all(reqs), strict=False) if e is not None]
         for req, problem in refused:     # the server checked the same limits; a race at most
             req.emit(Failed(problem))
         if refused:

@@ -16,12 +16,11 @@ from typing import Any
 import msgspec
 
 from llamacore.generation.events import Failed
+from llamaserve.engine.request import GenRequest
 from llamaserve.errors import QueueFullError
 from llamaserve.worker.media import RemoteProjector, wire_prompt
-from llamaserve.engine.request import GenRequest
-from llamaserve.worker.protocol import FINISHED, FAILED, decode_event, encode_sampling
 from llamaserve.worker.process import WorkerProcess
-
+from llamaserve.worker.protocol import FAILED, FINISHED, decode_event, encode_sampling
 
 GATHER = 0.001     # seconds an idle worker's first submission waits for others arriving with it
 

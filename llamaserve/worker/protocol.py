@@ -24,8 +24,8 @@ from typing import Any
 
 from llamacore.generation.events import EngineEvent, Failed, Finished, FinishReason, Progress, Started, Token
 from llamacore.generation.logprobs import TokenLogprob
-from llamacore.rpc import RPCUnavailableError
 from llamacore.generation.sampling import SamplingParams
+from llamacore.rpc import RPCUnavailableError
 from llamaserve.errors import EngineClosedError, QueueFullError
 
 TOKEN, FINISHED, FAILED, STARTED, PROGRESS = 0, 1, 2, 3, 4

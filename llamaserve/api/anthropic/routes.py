@@ -17,10 +17,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from llamacore.chat import tool_calls
-from llamacore.chat.prompt import tool_setup
-from llamacore.generation.events import Finished
-from llamacore.chat.reasoning import Reasoning
 from llamacore.chat.openai import assistant_message
+from llamacore.chat.prompt import tool_setup
+from llamacore.chat.reasoning import Reasoning
+from llamacore.generation.events import Finished
 from llamaserve.api.anthropic.protocol import (
     MessagesRequest,
     chat_messages,
@@ -33,8 +33,6 @@ from llamaserve.api.anthropic.protocol import (
     stop_reason,
     template_kwargs,
 )
-from llamaserve.serving.choices import Choice, run_choices
-from llamaserve.errors import APIError, api_error_for
 from llamaserve.api.common import (
     acquire,
     acquire_engine,
@@ -44,6 +42,8 @@ from llamaserve.api.common import (
     sampling_for,
 )
 from llamaserve.api.sse import first_event, sse_response
+from llamaserve.errors import APIError, api_error_for
+from llamaserve.serving.choices import Choice, run_choices
 from llamaserve.serving.thinking import chat_input
 from llamaserve.serving.vision import load_message_images, prompt_off_loop
 

@@ -13,8 +13,8 @@ from pydantic import Field, field_validator
 
 from llamacore.generation.events import Finished, FinishReason
 from llamacore.generation.logprobs import TokenLogprob
-from llamaserve.serving.generation import Timings
 from llamaserve.api.openai.protocol import SamplingFields
+from llamaserve.serving.generation import Timings
 
 RANDOM_SEED = 0xFFFFFFFF    # llama.cpp's LLAMA_DEFAULT_SEED: "a random seed", as its settings report it
 

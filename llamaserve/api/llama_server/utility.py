@@ -13,9 +13,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from llamacore.chat.prompt import prompt_text
-from llamaserve.errors import APIError
 from llamaserve.api.common import acquire, parse_body
 from llamaserve.api.openai.protocol import ApplyTemplateRequest, DetokenizeRequest, TokenizeRequest
+from llamaserve.errors import APIError
 from llamaserve.serving.thinking import kwargs_for
 
 

@@ -10,15 +10,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from llamacore.chat import tool_calls
-from llamacore.chat.prompt import tool_setup
-from llamacore.generation.events import Progress
 from llamacore.chat.openai import (
     ChatStream,
     Envelope,
     usage,
 )
-from llamaserve.serving.choices import Choice, cached_tokens, run_choices_reporting
-from llamaserve.errors import APIError
+from llamacore.chat.prompt import tool_setup
+from llamacore.generation.events import Progress
 from llamaserve.api.common import (
     Prepared,
     acquire_engine,
@@ -28,6 +26,8 @@ from llamaserve.api.common import (
     respond,
 )
 from llamaserve.api.openai.protocol import ChatRequest
+from llamaserve.errors import APIError
+from llamaserve.serving.choices import Choice, cached_tokens, run_choices_reporting
 from llamaserve.serving.structured import check_grammar, response_grammar
 from llamaserve.serving.thinking import chat_input
 from llamaserve.serving.vision import load_message_images, prompt_off_loop

@@ -9,10 +9,8 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from llamacore.generation.events import Finished
 from llamacore.chat.openai import CreateCompletionResponse, Envelope, completion_logprobs, usage
-from llamaserve.serving.choices import Choice, cached_tokens, run_choices
-from llamaserve.errors import APIError
+from llamacore.generation.events import Finished
 from llamaserve.api.common import (
     Prepared,
     acquire_engine,
@@ -22,6 +20,8 @@ from llamaserve.api.common import (
     respond,
 )
 from llamaserve.api.openai.protocol import CompletionRequest
+from llamaserve.errors import APIError
+from llamaserve.serving.choices import Choice, cached_tokens, run_choices
 from llamaserve.serving.structured import check_grammar, stops_and_grammar
 
 

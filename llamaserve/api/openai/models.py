@@ -9,9 +9,9 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from llamaserve.config.settings import ModelEntry
 from llamaserve.errors import APIError, UnknownModelError, api_error_for
 from llamaserve.models.registry import Registry
-from llamaserve.config.settings import ModelEntry
 
 
 def model_card(registry: Registry, entry: ModelEntry, name: str, created: int) -> dict[str, Any]:

@@ -21,12 +21,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from llamacore.chat import tool_calls
+from llamacore.chat.openai import assistant_message
 from llamacore.chat.prompt import grammar_for, tool_setup
 from llamacore.generation.events import Finished, Progress
-from llamacore.chat.openai import assistant_message
-from llamaserve.serving.choices import Choice, run_choices_reporting
-from llamaserve.errors import APIError
-from llamaserve.api.responses.store import ResponseStore
+from llamaserve.api.common import acquire_engine, check_prompt_fits, count_adapter_usage, parse_body, sampling_for
 from llamaserve.api.responses.protocol import (
     ResponseDraft,
     ResponsesRequest,
@@ -38,8 +36,10 @@ from llamaserve.api.responses.protocol import (
     output_items,
     response_format,
 )
-from llamaserve.api.common import acquire_engine, check_prompt_fits, count_adapter_usage, parse_body, sampling_for
+from llamaserve.api.responses.store import ResponseStore
 from llamaserve.api.sse import first_event, sse_response
+from llamaserve.errors import APIError
+from llamaserve.serving.choices import Choice, run_choices_reporting
 from llamaserve.serving.thinking import chat_input
 from llamaserve.serving.vision import load_message_images, prompt_off_loop
 
