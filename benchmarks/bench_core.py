@@ -141,7 +141,7 @@ def _paired(subset: Rounds, side: str, test: str) -> dict[str, float | None]:
     """``side``/peer per round: the median of the rounds and the lowest and highest round."""
     med = statistics.median
     ours, peer = ([med(r["ts"][name][test]) for r in subset] for name in (side, "peer"))
-    per_round = [x / y for x, y in zip(ours, peer, strict=False)]
+    per_round = [x / y for x, y in zip(ours, peer)]
     return {"median": paired_ratio(ours, peer), "low": min(per_round), "high": max(per_round)}
 
 

@@ -47,7 +47,7 @@ def by_model(core: dict, roofline: dict, path: Path) -> Path:
     labels = list(core)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     tests = sorted({t for rep in core.values() for t in rep["results"]}, key=lambda t: not t.startswith("tg"))
-    for ax, test in zip(axes, tests, strict=False):
+    for ax, test in zip(axes, tests):
         med = [core[m]["results"][test].get("quiet") or core[m]["results"][test]["all"] for m in labels]
         ours, peer = [r["ours_median"] for r in med], [r["peer_median"] for r in med]
         x = range(len(labels))
@@ -91,7 +91,7 @@ def mixed_lora(mixed: dict, path: Path) -> Path:
     """Tokens/s by number of adapters in the mix, one panel per rank, a line per server and client count."""
     ranks = list(mixed["by_rank"])
     fig, axes = plt.subplots(1, len(ranks), figsize=(5.5 * len(ranks), 4), squeeze=False)
-    for ax, rank in zip(axes[0], ranks, strict=False):
+    for ax, rank in zip(axes[0], ranks):
         lines: dict[str, list[tuple[int, float]]] = {}
         for case, by in mixed["by_rank"][rank]["summary"].items():
             n = 1 if case.startswith("single") else int(case[3:case.index("@")])

@@ -176,7 +176,7 @@ class CpuMeter:
 
     def __exit__(self, *exc) -> None:
         end, wall = self._sample(), time.perf_counter() - self.t0
-        busy, server, client = (b - a for a, b in zip(self.start, end, strict=False))
+        busy, server, client = (b - a for a, b in zip(self.start, end))
         n = os.cpu_count() or 1
         self.result = {"server_cpu_s": server, "client_cpu_s": client,
                        "other_cpu_s": max(busy - server - client, 0.0),

@@ -40,7 +40,7 @@ def paired_ratio(a: list[float], b: list[float]) -> float | None:
     side within seconds, so this cancels a shared machine's slower drifts, which the ratio of the
     two sides' medians does not (measured on a 2-CPU VM: one side's requests ranged 99-132 tok/s
     over a run, while per-round ratios of two sides that ran alike stayed within 1.00-1.04)."""
-    pairs = [x / y for x, y in zip(a, b, strict=False) if y]
+    pairs = [x / y for x, y in zip(a, b) if y]
     return statistics.median(pairs) if pairs else None
 
 

@@ -67,7 +67,7 @@ def verify_cost(target: Path, threads: int, depth: int, rows: int = 5, rounds: i
     one = times[1]
     return {"rounds": rounds, "depth": depth,
             "ms": {k: 1e3 * statistics.median(t) for k, t in times.items()},
-            "v": {k: statistics.median(a / b for a, b in zip(t, one, strict=False)) for k, t in times.items()}}
+            "v": {k: statistics.median(a / b for a, b in zip(t, one)) for k, t in times.items()}}
 
 
 def agreement(draft: Path, prompt: list[int], answer: list[int], threads: int) -> float:
@@ -84,7 +84,7 @@ def agreement(draft: Path, prompt: list[int], answer: list[int], threads: int) -
         batch.add(token, i, 0, i >= len(prompt) - 1)
     ctx.decode(batch)
     guesses = ctx.all_logits().argmax(axis=1)
-    return sum(int(g) == t for g, t in zip(guesses, answer, strict=False)) / len(answer)
+    return sum(int(g) == t for g, t in zip(guesses, answer)) / len(answer)
 
 
 def draft_bound(acceptance: float, token_cost: float, v: dict[int, float]) -> tuple[float, int]:

@@ -22,7 +22,7 @@ def summarize(rounds: list[dict]) -> dict:
         reference = by_side["llamaserve-plain"][0]["tokens"]
         for side, rs in by_side.items():
             drafted, accepted = sum(r["drafted"] for r in rs), sum(r["accepted"] for r in rs)
-            firsts = [next((i for i, (a, b) in enumerate(zip(reference, r["tokens"], strict=False)) if a != b), None)
+            firsts = [next((i for i, (a, b) in enumerate(zip(reference, r["tokens"])) if a != b), None)
                       for r in rs]
             by_side[side] = {
                 "reps": len(rs), "tok_s": statistics.median(r["tok_s"] for r in rs),

@@ -20,15 +20,12 @@ import threading
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from llamacore.generation.kv_reuse import common_prefix
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = ["BaseLlamaCache", "LlamaCache", "LlamaDiskCache", "LlamaRAMCache", "LlamaState", "longest_token_prefix"]
 

@@ -391,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, UsageError) as e:
         print(f"llamaserve: {e}" if isinstance(e, UsageError) else e, file=sys.stderr)
         return 2
-    if getattr(args, "print_config", False):
+    if args.print_config:
         print(describe(config))
         return 0
     from llamaserve.app import serve  # the server stack is only needed to serve

@@ -26,8 +26,7 @@ class ServerProcess:
     The config is written as YAML, or as JSON when ``name`` ends in .json.
     """
 
-    def __init__(self, config: dict, directory: Path, name: str = "llamaserve.yaml",
-                 command: list[str] | None = None) -> None:
+    def __init__(self, config: dict, directory: Path, name: str = "llamaserve.yaml") -> None:
         self.port = free_port()
         self.config_path = directory / name
         config = {**config, "host": "127.0.0.1", "port": self.port}
@@ -37,8 +36,8 @@ class ServerProcess:
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.api_key = config.get("api_key")
         self.proc: subprocess.Popen | None = None
-        # the command line after `python -m llamaserve` (default: serve the config written above)
-        self.command = command or ["--config", str(self.config_path)]
+        # the command line after `python -m llamaserve` (a test may replace it, e.g. with `demo`)
+        self.command = ["--config", str(self.config_path)]
 
     def start(self, timeout: float = 60) -> ServerProcess:
         log = self.log_path.open("wb")

@@ -68,7 +68,7 @@ def test_root_key_problems(work, lines, expected):
     path = yaml_config(work, f"{lines}\nmodels: [{{alias: a, model: models/model.gguf}}]\n")
     found = problems(path)
     assert len(found) == len(expected), found
-    for line, message in zip(found, expected, strict=False):
+    for line, message in zip(found, expected):
         assert line.startswith(f"{path}: {message.format(work=work)}"), found
 
 

@@ -103,7 +103,7 @@ def test_concurrent_per_request_scales_equal_the_same_scales_as_aliases(client, 
                 return "text", r.choices[0].text
             return await asyncio.gather(*(one(i, a, p) for i, (a, p) in enumerate(jobs)))
     got = asyncio.run(all_at_once())
-    for i, ((alias, prompt), (kind, text)) in enumerate(zip(jobs, got, strict=False)):
+    for i, ((alias, prompt), (kind, text)) in enumerate(zip(jobs, got)):
         if kind == "text":
             assert text == expected[i], (alias, prompt)
         else:

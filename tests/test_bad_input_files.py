@@ -49,7 +49,7 @@ def bad_files(tmp_path_factory, tiny_model_path, lora_a_path):
     files["empty"] = d / "empty.gguf"
     (d / "magic-only.gguf").write_bytes(b"GGUF" + bytes(range(256)) * 4)
     files["magic_garbage"] = d / "magic-only.gguf"
-    for label, off in zip(TRUNCATIONS, [10, 100, 1000, len(data) // 2, len(data) - 1], strict=False):
+    for label, off in zip(TRUNCATIONS, [10, 100, 1000, len(data) // 2, len(data) - 1]):
         p = d / f"trunc-{label}.gguf"
         p.write_bytes(data[:off])
         files[f"trunc_{label}"] = p

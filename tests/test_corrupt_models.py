@@ -349,5 +349,5 @@ def test_config_rejects_unreadable_headers(corpus, tmp_path):
         load_config(path)
     problems = info.value.problems
     assert len(problems) == len(names), problems
-    for name, line in zip(names, problems, strict=False):
+    for name, line in zip(names, problems):
         assert line.startswith(f"{path}: ") and f"{name}.gguf" in line, line

@@ -29,7 +29,7 @@ def test_batch_equals_single_and_usage(minilm):
     texts = ["first sentence", "a somewhat longer second sentence here", "third"]
     out = minilm.create_embedding(texts)
     assert [d["index"] for d in out["data"]] == [0, 1, 2]
-    for text, item in zip(texts, out["data"], strict=False):
+    for text, item in zip(texts, out["data"]):
         np.testing.assert_allclose(item["embedding"], minilm.create_embedding(text)["data"][0]["embedding"],
                                    atol=1e-4)
     n_tokens = sum(len(minilm.tokenize(t.encode())) for t in texts)
@@ -55,7 +55,7 @@ def test_pooled_embedding_reduces_the_token_vectors(tiny_model_path, token_rows,
     llm = Llama(tiny_model_path, embedding=True, pooling_type=pooling, n_ctx=256, n_threads=N_THREADS)
     texts = list(token_rows)
     batch = llm.embed(texts)                       # both inputs in one decode
-    for text, vector in zip(texts, batch, strict=False):
+    for text, vector in zip(texts, batch):
         assert len(vector) == llm.n_embd()
         np.testing.assert_allclose(vector, reduce(token_rows[text]), atol=1e-4)
 

@@ -86,7 +86,7 @@ def test_p_min_stops_unsure_drafts(tiny_model_path, plain):
 
     sure, every = proposals(0.9), proposals(0.0)
     assert all(len(d) == 4 for d in every)
-    assert all(s == d[:len(s)] for s, d in zip(sure, every, strict=False)) and sum(map(len, sure)) < sum(map(len, every))
+    assert all(s == d[:len(s)] for s, d in zip(sure, every)) and sum(map(len, sure)) < sum(map(len, every))
 
 
 def test_a_draft_after_a_rest_reads_every_token_it_missed(tiny_model_path):

@@ -36,7 +36,7 @@ def test_small_batches_use_plain_attention(model):
     """Every batch under 16 tokens: bitwise what flash_attn off gives (same transposed V cache)."""
     got = logits_after(model, "prompts", SHORT)
     want = logits_after(model, "off", SHORT)
-    assert all(np.array_equal(g, w) for g, w in zip(got, want, strict=False))
+    assert all(np.array_equal(g, w) for g, w in zip(got, want))
     assert not np.array_equal(got[-1], logits_after(model, "on", SHORT)[-1])   # the two kinds differ
 
 
@@ -47,7 +47,7 @@ def test_a_prompt_batch_uses_flash_attention_and_generation_goes_on_with_plain(m
     on, off = logits_after(model, "on", LONG), logits_after(model, "off", LONG)
     assert np.array_equal(got[0], on[0])
     scale = float(np.abs(on[0]).max())
-    for g, a, b in zip(got[1:], on[1:], off[1:], strict=False):
+    for g, a, b in zip(got[1:], on[1:], off[1:]):
         assert np.abs(g - a).max() < 1e-2 * scale and np.abs(g - b).max() < 1e-2 * scale
 
 
@@ -60,4 +60,4 @@ def test_a_quantized_v_cache_keeps_flash_attention_for_every_batch(tmp_path):
                                                                              name="heads32"))))
     got = logits_after(model, "prompts", SHORT, type_v="q8_0")
     want = logits_after(model, "on", SHORT, type_v="q8_0")
-    assert all(np.array_equal(g, w) for g, w in zip(got, want, strict=False))
+    assert all(np.array_equal(g, w) for g, w in zip(got, want))

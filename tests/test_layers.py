@@ -41,7 +41,7 @@ LLAMASERVE_LAYERS: list[set[str]] = [
     {"__main__"},
 ]
 # what llamaserve may take from llamacore: its top-level exports and its engine-neutral packages
-LLAMACORE_FOR_SERVER = {"", "errors", "llama_types", "gguf", "grammar", "generation", "vision", "chat",
+LLAMACORE_FOR_SERVER = {"errors", "llama_types", "gguf", "grammar", "generation", "vision", "chat",
                         "rpc", "quantize"}
 # the HTTP framework lives in the API layer and the app that mounts it
 STARLETTE_IN = {"api", "app", "cli"}
@@ -79,8 +79,8 @@ def resolve(name: str) -> str | None:
 
 
 def top(module: str) -> str:
-    """A module's first part below its package: llamaserve.engine.engine.scheduler -> engine."""
-    parts = module.removesuffix(".__main__").split(".") if module.count(".") > 1 else module.split(".")
+    """A module's first part below its package: llamaserve.engine.scheduler -> engine."""
+    parts = module.split(".")
     return parts[1] if len(parts) > 1 else "__init__"
 
 

@@ -108,7 +108,7 @@ def test_logprobs_and_echo(llm):
     out = greedy(llm, n=4, logprobs=3)
     lp = out["choices"][0]["logprobs"]
     assert len(lp["tokens"]) == 4 and len(lp["token_logprobs"]) == 4
-    for _chosen, value, top in zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"], strict=False):
+    for _chosen, value, top in zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"]):
         assert len(top) == 3 and value <= 0
         assert max(top.values()) == pytest.approx(value)     # greedy picks the most likely token
     echoed = greedy(llm, n=4, echo=True)["choices"][0]["text"]

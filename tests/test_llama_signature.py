@@ -158,12 +158,12 @@ def _ast_params(args: ast.arguments) -> tuple[Param, ...]:
     params: list[Param] = []
     positional = args.posonlyargs + args.args
     defaults: list[ast.expr | None] = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
-    for arg, default in zip(positional, defaults, strict=False):
+    for arg, default in zip(positional, defaults):
         params.append(Param(arg.arg, "positional", NO_DEFAULT if default is None else _lcp_value(default),
                             "" if default is None else ast.unparse(default)))
     if args.vararg:
         params.append(Param(args.vararg.arg, "*args"))
-    for arg, kw_default in zip(args.kwonlyargs, args.kw_defaults, strict=False):
+    for arg, kw_default in zip(args.kwonlyargs, args.kw_defaults):
         params.append(Param(arg.arg, "keyword", NO_DEFAULT if kw_default is None else _lcp_value(kw_default),
                             "" if kw_default is None else ast.unparse(kw_default)))
     if args.kwarg:

@@ -268,7 +268,7 @@ def test_reserved_pool_holds_its_adapters_and_mixed_batches_allocate_nothing(tin
         llamacore.set_verbose(False)
     assert len(reserved) == 1 and "(4 slots, rank 8)" in reserved[0], reserved    # exactly the four
     assert again == [] and during == [], (again, during)
-    for step, (g, w) in enumerate(zip(got, want, strict=False)):
+    for step, (g, w) in enumerate(zip(got, want)):
         np.testing.assert_array_equal(g, w, err_msg=f"step {step}")      # same slots' contents, same sums
 
 

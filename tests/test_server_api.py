@@ -224,7 +224,7 @@ def test_embeddings_float_and_base64(client, embed_model_path):
     b64 = client.embeddings.with_raw_response.create(model="emb", input=texts, encoding_format="base64")
     raw = json.loads(b64.text)["data"]
     assert [d.index for d in floats.data] == [0, 1, 2]
-    for d, r in zip(floats.data, raw, strict=False):
+    for d, r in zip(floats.data, raw):
         decoded = np.frombuffer(base64.b64decode(r["embedding"]), dtype="<f4")
         np.testing.assert_allclose(decoded, np.asarray(d.embedding, dtype=np.float32), rtol=1e-6)
         assert np.linalg.norm(d.embedding) == pytest.approx(1.0, abs=1e-4)

@@ -96,7 +96,7 @@ def _stub_defaults() -> dict[str, Any]:
             for item in node.body:
                 if isinstance(item, ast.FunctionDef) and item.name == "__init__":
                     args = item.args
-                    for arg, default in zip(args.kwonlyargs, args.kw_defaults, strict=False):
+                    for arg, default in zip(args.kwonlyargs, args.kw_defaults):
                         if default is not None:
                             out.setdefault(arg.arg, ast.literal_eval(default))
     # the load keys as Llama(...) and a model entry spell them; Context calls them otherwise

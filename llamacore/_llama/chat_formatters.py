@@ -100,7 +100,7 @@ _USER_ASSISTANT = ("user", "assistant")
 
 
 def _labels(user: str, assistant: str) -> dict[str, str]:
-    return dict(zip(_USER_ASSISTANT, (user, assistant), strict=False))
+    return dict(zip(_USER_ASSISTANT, (user, assistant)))
 
 
 @_named("llama-2")

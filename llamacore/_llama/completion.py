@@ -5,7 +5,7 @@ with llama-cpp-python's per-token hooks."""
 from __future__ import annotations
 
 from collections.abc import Generator, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -19,10 +19,6 @@ from llamacore.generation.sampling import SamplingParams, check_tfs_z
 from llamacore.generation.text_stream import TextStream
 from llamacore.llama_grammar import LlamaGrammar, grammar_text
 from llamacore.vision.prompt import MediaTokens
-
-if TYPE_CHECKING:
-    pass
-
 
 # Tokens the C loop generates between returns to Python when nobody reads them one at a time.
 CHUNK = 64

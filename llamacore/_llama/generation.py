@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -19,9 +19,6 @@ from llamacore.generation.processors import LogitsProcessor, apply_processor
 from llamacore.generation.sampling import SamplingParams
 from llamacore.llama_speculative import LlamaDraftModel
 from llamacore.vision.prompt import images_of
-
-if TYPE_CHECKING:
-    pass
 
 REST_CHUNK = 4          # tokens per C-loop call while drafting rests (a stream gets them together)
 

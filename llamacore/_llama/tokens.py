@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Generator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -21,9 +21,6 @@ from llamacore.generation.processors import LogitsProcessor, StoppingCriteria, a
 from llamacore.generation.sampling import SamplingParams, check_tfs_z
 from llamacore.llama_grammar import LlamaGrammar
 from llamacore.vision.prompt import MediaTokens, decode_image, image_boundary, images_of
-
-if TYPE_CHECKING:
-    pass
 
 _MIXED: AdapterKey = (("<entries computed under different adapter sets>", 0.0),)   # matches no adapter set
 

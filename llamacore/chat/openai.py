@@ -38,13 +38,8 @@ from llamacore.llama_types import (
     EmbeddingUsage,
 )
 
-
-def _fingerprint() -> str:
-    """What OpenAI's `system_fingerprint` names: the build that answered, in llama-server's form b<build>."""
-    return f"b{__version__}"
-
-
-SYSTEM_FINGERPRINT = _fingerprint()
+# what OpenAI's `system_fingerprint` names: the build that answered, in llama-server's form b<build>
+SYSTEM_FINGERPRINT = f"b{__version__}"
 
 # -- builders ----------------------------------------------------------------------------------
 
@@ -282,10 +277,9 @@ def chat_chunks(events: Iterator[TextEvent], stream: ChatStream) -> Iterator[Cre
 
 
 __all__ = [
-    "chat_chunks",
     "ChatCompletionLogprobs", "ChatStream", "ChoiceOutput", "CompletionChoice", "CompletionLogprobs",
     "CompletionUsage", "CreateChatCompletionResponse", "CreateChatCompletionStreamResponse",
     "CreateCompletionResponse", "CreateCompletionStreamResponse", "CreateEmbeddingResponse", "Embedding",
-    "EmbeddingUsage", "Envelope", "assistant_message", "chat_logprobs", "completion_logprobs",
+    "EmbeddingUsage", "Envelope", "assistant_message", "chat_chunks", "chat_logprobs", "completion_logprobs",
     "embedding_response", "new_id", "usage",
 ]

@@ -126,7 +126,7 @@ def tool_setup(template: str, tools: list | None, tool_choice: Any) -> tuple[lis
         functions = _tool_functions(tools)
         chosen_fn = tool_choice.get("function")
         name = chosen_fn.get("name") if isinstance(chosen_fn, dict) else None
-        chosen = [t for t, fn in zip(tools, functions, strict=False) if fn["name"] == name]
+        chosen = [t for t, fn in zip(tools, functions) if fn["name"] == name]
         if not chosen:
             raise ValueError(f"tool_choice names function {name!r}, which is not among the tools")
         return tools, tool_calls.forcing_grammar(chosen, style)

@@ -132,7 +132,7 @@ class DraftPacing:
     def expected(self) -> list[float]:
         """[n]: tokens a step with an n-token draft is expected to give, 1 + the draft tokens kept."""
         out, total, chance, rate = [1.0], 1.0, 1.0, 1.0
-        for reached, kept in zip(self._reached, self._kept, strict=False):
+        for reached, kept in zip(self._reached, self._kept):
             # one draft's worth of belief that a position is kept as often as the one before it:
             # a position seldom reached is judged mostly by its neighbour, not by one unlucky draft
             rate = (kept + rate) / (reached + 1)

@@ -95,7 +95,7 @@ def tokenize_with_images(projector: Projector, model: Model, text: str, images: 
     if len(pieces) - 1 != len(images):
         raise ValueError(f"the prompt has {len(pieces) - 1} image markers for {len(images)} images")
     parts: list[Any] = [pieces[0]]
-    for image, piece in zip(images, pieces[1:], strict=False):
+    for image, piece in zip(images, pieces[1:]):
         parts += [image, piece]
     tokens: list[int] = []
     placed: dict[int, ImageChunk] = {}

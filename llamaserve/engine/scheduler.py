@@ -253,7 +253,7 @@ class Scheduler:
         paced = self.drafter is not None and generating and not self._after_prompt
         self._after_prompt = not generating
         seconds = time.perf_counter() - self._step_started
-        for row, result in zip(plan.sample, sampled, strict=False):
+        for row, result in zip(plan.sample, sampled):
             slot, req = row.slot, row.slot.req
             draft = row.draft
             del slot.cached[len(slot.cached) - len(draft):]      # a draft's KV counts once it is accepted

@@ -74,7 +74,7 @@ class LlamaCppMetrics:
         """An engine is unloading: keep its counts (the totals must not go down)."""
         if engine is not None:
             with self.lock:
-                self.retired = [a + b for a, b in zip(self.retired, _engine_counts(engine), strict=False)]
+                self.retired = [a + b for a, b in zip(self.retired, _engine_counts(engine))]
 
     def render(self, engines: list[Any], processing: int, deferred: int) -> str:
         """The text exposition; resets the throughput windows."""

@@ -95,7 +95,7 @@ class EngineHost:
                 reqs.append(req)
             else:
                 failed.append((req, error))
-        refused = failed + [(req, e) for req, e in zip(reqs, self.engine.submit_all(reqs), strict=False) if e is not None]
+        refused = failed + [(req, e) for req, e in zip(reqs, self.engine.submit_all(reqs)) if e is not None]
         for req, problem in refused:     # the server checked the same limits; a race at most
             req.emit(Failed(problem))
         if refused:
