@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from llamacore.generation.lookup import NgramIndex
+
 __all__ = ["LlamaDraftModel", "LlamaPromptLookupDecoding"]
 
 
@@ -30,8 +32,8 @@ class LlamaPromptLookupDecoding(LlamaDraftModel):
     """The tokens that followed the latest earlier occurrence of the context's last n-gram (n from
     `max_ngram_size` down to 1): drafts for text that repeats its context, with no model.
 
-    It keeps an index of the n-grams of the context it saw last, so a call on that context plus a
-    few tokens costs a few dict updates and lookups rather than a scan.
+    It keeps an index of the n-grams of the context it saw last (llamacore.generation.lookup), so a
+    call on that context plus a few tokens costs a few dict updates and lookups rather than a scan.
     """
 
     def __init__(self, max_ngram_size: int = 2, num_pred_tokens: int = 10) -> None:
@@ -39,8 +41,7 @@ class LlamaPromptLookupDecoding(LlamaDraftModel):
             raise ValueError("max_ngram_size and num_pred_tokens must be at least 1")
         self.max_ngram_size = max_ngram_size
         self.num_pred_tokens = num_pred_tokens
-        self._tokens: list[int] = []
-        self._after: dict[tuple[int, ...], int] = {}    # n-gram -> where the tokens after its latest occurrence start
+        self._index = NgramIndex(max_ngram_size)
 
     @staticmethod
     def find_candidate_pred_tokens(input_ids: npt.NDArray[np.intc], max_ngram_size: int,
@@ -58,20 +59,8 @@ class LlamaPromptLookupDecoding(LlamaDraftModel):
 
     def __call__(self, input_ids: npt.NDArray[np.intc], /, **kwargs: Any) -> npt.NDArray[np.intc]:
         ids = [int(t) for t in input_ids]
-        self._sync(ids)
-        for n in range(min(self.max_ngram_size, len(ids) - 1), 0, -1):
-            start = self._after.get(tuple(ids[-n:]))
-            if start is not None:
-                return np.asarray(ids[start:start + self.num_pred_tokens], dtype=np.intc)
-        return np.empty(0, dtype=np.intc)
-
-    def _sync(self, ids: list[int]) -> None:
-        """Index every n-gram of `ids` that has a token after it (incrementally, when `ids` extends
-        the previous context)."""
-        known = len(self._tokens)
-        if len(ids) < known or ids[:known] != self._tokens:
-            self._tokens, self._after, known = [], {}, 0
-        for p in range(max(known, 1), len(ids)):          # the n-grams that end just before token p
-            for n in range(1, min(self.max_ngram_size, p) + 1):
-                self._after[tuple(ids[p - n:p])] = p
-        self._tokens = ids
+        known = self._index.tokens
+        if ids[:len(known)] != known:       # a call's context need not extend the previous one's
+            self._index.reset()
+        self._index.sync(ids)
+        return np.asarray(self._index.continuation(self.num_pred_tokens), dtype=np.intc)

@@ -9,6 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 from llamacore._llama.host import LlamaHost
+from llamacore.generation.draft_vocab import vocabulary_mismatch
 from llamacore.llama_speculative import LlamaDraftModel
 
 
@@ -41,16 +42,12 @@ class LlamaModelDraft(LlamaDraftModel):
 
 def draft_source(draft_model: Any, target: LlamaHost) -> LlamaDraftModel | None:
     """`Llama(draft_model=...)` as a LlamaDraftModel: one already, or a Llama (checked: the same
-    vocabulary size and special tokens as `target`)."""
+    vocabulary as `target`)."""
     if draft_model is None or isinstance(draft_model, LlamaDraftModel):
         return draft_model
     if isinstance(draft_model, LlamaHost):
-        for what, mine, theirs in (("vocabulary size", draft_model.n_vocab(), target.n_vocab()),
-                                   ("BOS token", draft_model.token_bos(), target.token_bos()),
-                                   ("EOS token", draft_model.token_eos(), target.token_eos())):
-            if mine != theirs:
-                raise ValueError(f"draft_model does not match this model: its {what} is {mine}, this model's is "
-                                 f"{theirs}")
+        if (reason := vocabulary_mismatch(draft_model.model, target.model)) is not None:
+            raise ValueError(f"draft_model does not match this model: {reason}")
         return LlamaModelDraft(draft_model)
     if callable(draft_model):
         return draft_model

@@ -15,7 +15,7 @@ from starlette.responses import JSONResponse, Response
 
 from llamacore.generation.sampling import SamplingParams
 from llamaserve.api.openai.protocol import AdapterFields
-from llamaserve.api.sse import first_event, sse_response
+from llamaserve.api.sse import event, first_event, sse_response
 from llamaserve.config.settings import ModelEntry
 from llamaserve.errors import AdapterUnavailableError, APIError
 from llamaserve.lora.selection import Selection, select_adapters
@@ -141,13 +141,16 @@ def check_prompt_fits(n_tokens: int, n_ctx: int, param: str = "messages") -> Non
 Prepared = tuple[ChoiceEvents[Any], Callable[[], AsyncGenerator[Any, None]], Callable[[], Mapping[str, Any]]]
 
 
-async def respond(request: Request, stream: bool, prepare: Callable[[AsyncExitStack], Awaitable[Prepared]]) -> Response:
+async def respond(request: Request, stream: bool, prepare: Callable[[AsyncExitStack], Awaitable[Prepared]], *,
+                  encode: Callable[[Any], str] = event, end: str = "data: [DONE]\n\n",
+                  on_error: Callable[[APIError], str] | None = None) -> Response:
     """Run a generation route: `prepare(stack)` pins the model and submits the work, returning
     (events, make_chunks, make_result).
 
     Streamed, the SSE response starts with the first event (`first_event`), then takes over `stack`
     and closes it when the stream ends or the client leaves; otherwise the events are drained and
-    the stack closed here, before the JSON is built.
+    the stack closed here, before the JSON is built. `encode`, `end` and `on_error` write another
+    API's stream (`sse_response`).
     """
     stack = AsyncExitStack()
     handed_over = False
@@ -157,7 +160,7 @@ async def respond(request: Request, stream: bool, prepare: Callable[[AsyncExitSt
             if (left := await first_event(events, request)) is not None:
                 return left
             handed_over = True
-            return sse_response(make_chunks(), release=stack.aclose)
+            return sse_response(make_chunks(), release=stack.aclose, encode=encode, end=end, on_error=on_error)
         async for _ in events:
             pass
     finally:

@@ -23,6 +23,12 @@ def event(data: Any) -> str:
     return f"data: {_JSON.encode(data).decode()}\n\n"
 
 
+def named_event(kind: str, data: Any) -> str:
+    """One event with an `event:` line naming its type, then its `data:` frame (Anthropic's and the
+    Responses API's streams)."""
+    return f"event: {kind}\n{event(data)}"
+
+
 # the status logged for a client that left before its streamed response started (nginx's)
 CLIENT_CLOSED_REQUEST = 499
 

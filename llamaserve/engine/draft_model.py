@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 
 from llamacore import Batch, Context, Model
+from llamacore.generation.draft_vocab import vocabulary_mismatch
+from llamacore.generation.kv_reuse import common_prefix
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,9 @@ class DraftModel:
         self.spec = spec
         self.n_draft = spec.n_draft
         self.model = Model(spec.path, **(model_kwargs or {}))
-        _check_vocab(self.model, target, spec.path)
+        if (reason := vocabulary_mismatch(self.model, target)) is not None:
+            raise ValueError(f"draft model {os.path.basename(spec.path)} does not match the model it drafts for: "
+                             f"{reason}")
         self.ctx = Context(self.model, n_ctx=n_ctx_seq * n_seq, n_seq_max=n_seq, kv_unified=True,
                            n_threads=n_threads, n_threads_batch=n_threads)
         self.n_ctx_seq = n_ctx_seq
@@ -116,7 +120,7 @@ class DraftSequence:
         d = self.draft
         if not context or len(context) >= d.n_ctx_seq or any(t < 0 for t in context[len(self.known):]):
             return False
-        keep = _common_prefix(self.known, context)
+        keep = common_prefix(self.known, context)
         if keep == len(context):              # the last token must be decoded again for its logits
             keep -= 1
         if window is not None and keep > 0 and len(context) - keep > window:
@@ -144,27 +148,6 @@ class DraftSequence:
         return True
 
 
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
-
-
 def _probability(logits: np.ndarray, token: int) -> float:
     """softmax(logits)[token]."""
     return float(1.0 / np.exp(logits - logits[token]).sum())
-
-
-def _check_vocab(draft: Model, target: Model, path: str) -> None:
-    """A draft must tokenize as the target does: same vocabulary size and special tokens."""
-    facts = [("vocabulary size", draft.n_vocab, target.n_vocab), ("BOS token", draft.token_bos, target.token_bos),
-             ("EOS token", draft.token_eos, target.token_eos)]
-    for what, mine, theirs in facts:
-        if mine != theirs:
-            raise ValueError(f"draft model {os.path.basename(path)} does not match the model it drafts for: "
-                             f"its {what} is {mine}, the model's is {theirs}")
-    sample = range(0, target.n_vocab, max(1, target.n_vocab // 64))
-    if any(draft.token_to_piece(t, True) != target.token_to_piece(t, True) for t in sample):
-        raise ValueError(f"draft model {os.path.basename(path)} has another vocabulary than the model it drafts for")

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from llamacore.generation.exact_rows import exact_rows
+from llamacore.generation.lookup import NgramIndex
 
 DEFAULT_N_DRAFT = 8
 
@@ -68,7 +69,7 @@ class PromptLookup:
     """Up to `n_draft` tokens that followed the latest earlier occurrence of the context's last n-gram.
 
     Tries n-grams of `ngram` tokens down to 2 (a longer match predicts better). A sequence keeps
-    an `NgramIndex` of its context, so a proposal costs a few dict lookups, not a scan.
+    an index of its context (`LookupSequence`), so a proposal costs a few dict lookups, not a scan.
     """
 
     n_draft: int = DEFAULT_N_DRAFT
@@ -78,49 +79,29 @@ class PromptLookup:
         if self.n_draft < 1 or self.ngram < 2:
             raise ValueError(f"invalid prompt lookup settings: n_draft={self.n_draft}, ngram={self.ngram}")
 
-    def index(self, seq: int = 0) -> NgramIndex:
-        return NgramIndex(self)
+    def index(self, seq: int = 0) -> LookupSequence:
+        return LookupSequence(self)
 
     def propose(self, context: Sequence[int], limit: int, read_budget: float | None = None) -> list[int]:
         """A proposal from a fresh index of `context` (a sequence's own index is cheaper)."""
         return self.index().propose(context, limit)
 
 
-class NgramIndex:
-    """The latest start of every n-gram of a growing context that has a token after it."""
+class LookupSequence:
+    """One sequence's prompt lookup: an n-gram index of its context (llamacore.generation.lookup),
+    which grows with the sequence, so a proposal costs a few dict lookups."""
 
     def __init__(self, lookup: PromptLookup) -> None:
         self.lookup = lookup
-        self.tokens: list[int] = []
-        self.starts: dict[int, dict[tuple[int, ...], int]] = {n: {} for n in range(2, lookup.ngram + 1)}
+        self.index = NgramIndex(lookup.ngram, min_n=2)
 
     def propose(self, context: Sequence[int], limit: int, read_budget: float | None = None) -> list[int]:
         """Draft tokens after `context`, which extends the context of the previous call (else the
         index starts over); an index reads missed tokens at almost no cost (`read_budget` unused)."""
-        self._sync(context)
+        self.index.sync(context)
         limit = min(limit, self.lookup.n_draft)
-        if limit <= 0:
-            return []
-        tokens = self.tokens
-        for n in range(min(self.lookup.ngram, len(tokens) - 1), 1, -1):
-            start = self.starts[n].get(tuple(tokens[-n:]))
-            if start is not None:
-                return tokens[start + n:start + n + limit]
-        return []
+        return self.index.continuation(limit) if limit > 0 else []
 
     def follow(self, context: Sequence[int]) -> bool:
-        self._sync(context)
+        self.index.sync(context)
         return True
-
-    def _sync(self, context: Sequence[int]) -> None:
-        known = len(self.tokens)
-        if len(context) < known or context[known - 1:known] != self.tokens[known - 1:]:
-            self.tokens, known = [], 0
-            for table in self.starts.values():
-                table.clear()
-        self.tokens.extend(context[known:])
-        tokens = self.tokens
-        for p in range(max(known, 1), len(tokens)):      # the n-grams ending just before token p
-            for n, table in self.starts.items():
-                if p >= n:
-                    table[tuple(tokens[p - n:p])] = p - n

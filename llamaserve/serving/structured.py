@@ -94,6 +94,11 @@ async def response_grammar(state: Any, body: GrammarRequest, entry: ModelEntry) 
         return body.grammar
     if not body.response_format:
         return None
-    whitespace = body.json_whitespace or entry.json_whitespace or "compact"
-    return await asyncio.to_thread(grammar_for, body.response_format, whitespace=whitespace,
+    return await format_grammar(state, body.response_format, body.json_whitespace or entry.json_whitespace)
+
+
+async def format_grammar(state: Any, response_format: dict[str, Any], whitespace: str | None) -> str | None:
+    """GBNF for an OpenAI-shaped response_format (None for text), converted off the event loop through
+    the server's grammar cache; ValueError if refused."""
+    return await asyncio.to_thread(grammar_for, response_format, whitespace=whitespace or "compact",
                                    cache=state.grammars)

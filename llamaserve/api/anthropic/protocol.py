@@ -222,10 +222,5 @@ def input_usage(n_input: int, n_cached: int) -> dict[str, int]:
             "cache_read_input_tokens": n_cached}
 
 
-def sse(event: str, data: dict[str, Any]) -> str:
-    """One server-sent event as Anthropic sends them: an `event:` line naming the type, then data."""
-    return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False, separators=(',', ':'))}\n\n"
-
-
-__all__ = ["MessagesRequest", "chat_messages", "chat_tools", "content_blocks", "error_body", "new_message", "sse",
+__all__ = ["MessagesRequest", "chat_messages", "chat_tools", "content_blocks", "error_body", "new_message",
            "stop_reason", "template_kwargs"]

@@ -16,9 +16,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from llamacore.chat import tool_calls
 from llamacore.chat.openai import assistant_message
-from llamacore.chat.prompt import tool_setup
 from llamacore.chat.reasoning import Reasoning
 from llamacore.generation.events import Finished
 from llamaserve.api.anthropic.protocol import (
@@ -29,23 +27,24 @@ from llamaserve.api.anthropic.protocol import (
     error_body,
     input_usage,
     new_message,
-    sse,
     stop_reason,
     template_kwargs,
 )
 from llamaserve.api.common import (
-    acquire,
+    Acquired,
+    Prepared,
     acquire_engine,
     check_prompt_fits,
     count_adapter_usage,
     parse_body,
+    respond,
     sampling_for,
 )
-from llamaserve.api.sse import first_event, sse_response
+from llamaserve.api.sse import named_event
+from llamaserve.config.settings import ServerConfig
 from llamaserve.errors import APIError, api_error_for
+from llamaserve.serving.chat import ChatPrompt, prepare_chat
 from llamaserve.serving.choices import Choice, run_choices
-from llamaserve.serving.thinking import chat_input
-from llamaserve.serving.vision import load_message_images, prompt_off_loop
 
 log = logging.getLogger(__name__)
 
@@ -68,23 +67,19 @@ async def count_tokens(request: Request) -> Response:
     try:
         body = await parse_body(request, MessagesRequest)
         async with AsyncExitStack() as stack:
-            entry, loaded = await acquire(stack, request.app.state.registry, body.model)
-            if loaded.engine is None:
-                raise APIError(400, f"model '{entry.alias}' is an embedding model", param="model")
-            template = loaded.chat_template(entry)
-            tools, tool_choice = chat_tools(body)
-            rendered_tools, _ = tool_setup(template, tools, tool_choice)
-            messages_in = chat_messages(body)
-            projector, images = await load_message_images(request.app.state.config, loaded.engine, entry.alias,
-                                                          messages_in)
-            tokens = (await prompt_off_loop(images, chat_input, loaded.model, entry, template, messages_in,
-                                            rendered_tools, chat_template_kwargs=template_kwargs(body),
-                                            projector=projector, images=images)).tokens
-        return JSONResponse({"input_tokens": len(tokens)})
+            prompt = await _prompt(request.app.state.config, await acquire_engine(
+                stack, request.app.state.registry, body, body.model), body)
+        return JSONResponse({"input_tokens": len(prompt.tokens)})
     except ValueError as exc:
         return _error(APIError(400, str(exc)))
     except Exception as exc:
         return _error(exc)
+
+
+async def _prompt(config: ServerConfig, acquired: Acquired, body: MessagesRequest) -> ChatPrompt:
+    tools, tool_choice = chat_tools(body)
+    return await prepare_chat(config, acquired.loaded, acquired.entry, chat_messages(body), tools, tool_choice,
+                              chat_template_kwargs=template_kwargs(body))
 
 
 async def _messages(request: Request) -> Response:
@@ -92,33 +87,25 @@ async def _messages(request: Request) -> Response:
     if body.max_tokens is None:
         raise APIError(400, "max_tokens: Field required", param="max_tokens")
     state = request.app.state
-    stack = AsyncExitStack()
-    handed_over = False
-    try:
+
+    async def prepare(stack: AsyncExitStack) -> Prepared:
         acquired = await acquire_engine(stack, state.registry, body, body.model)
         entry, engine = acquired.entry, acquired.engine
-        template = acquired.loaded.chat_template(entry)
-        messages_in = chat_messages(body)
-        tools, tool_choice = chat_tools(body)
         try:
-            rendered_tools, grammar = tool_setup(template, tools, tool_choice)
-            projector, images = await load_message_images(state.config, engine, entry.alias, messages_in)
-            prompt = await prompt_off_loop(images, chat_input, engine.model, entry, template, messages_in,
-                                           rendered_tools, chat_template_kwargs=template_kwargs(body),
-                                           projector=projector, images=images)
-            tokens, template_stops, reasoning = prompt.tokens, prompt.stops, prompt.reasoning
+            prompt = await _prompt(state.config, acquired, body)
         except ValueError as exc:
             raise APIError(400, str(exc)) from None
+        tokens, reasoning = prompt.tokens, prompt.reasoning
         check_prompt_fits(len(tokens), engine.n_ctx_seq)
         user_stops = list(body.stop_sequences or [])
         sampling = sampling_for(entry, body, temperature=body.temperature, top_k=body.top_k, top_p=body.top_p,
-                                grammar=grammar)
+                                grammar=prompt.tool_grammar)
         choice = Choice(index=0, tokens=tokens, sampling=sampling)
         events = run_choices(engine, [choice], stack, max_tokens=body.max_tokens, adapters=acquired.selection.key,
-                             stops=template_stops + user_stops, n_logprobs=None, ignore_eos=False,
+                             stops=prompt.stops + user_stops, n_logprobs=None, ignore_eos=False,
                              metrics=state.metrics, model_name=entry.alias)
         count_adapter_usage(stack, state.registry, acquired, len(tokens), [choice])
-        style = tool_calls.style_for(template) if rendered_tools else None
+        style = prompt.tool_style
         message = new_message(body.model or entry.alias, len(tokens))
 
         def finish(finished: Finished | None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -132,21 +119,17 @@ async def _messages(request: Request) -> Response:
             n_cached = choice.timings.n_cached if choice.timings is not None else 0
             return input_usage(len(tokens), n_cached) | {"output_tokens": choice.n_generated}
 
-        if not body.stream:
-            async for _ in events:
-                pass
+        def result() -> dict[str, Any]:
             blocks, ending = finish(choice.finish)
-            message.update(content=blocks, **ending)
-            message["usage"] = final_usage()
-            return JSONResponse(message)
+            return {**message, "content": blocks, **ending, "usage": final_usage()}
 
         async def stream() -> AsyncGenerator[str, None]:
-            yield sse("message_start", {"type": "message_start", "message": message})
+            yield named_event("message_start", {"type": "message_start", "message": message})
             live = _LiveBlocks(reasoning, held=style is not None)   # with tools the answer waits for the end
             if style is None and reasoning is None:
                 for item in live.open("text"):
                     yield item
-            yield sse("ping", {"type": "ping"})
+            yield named_event("ping", {"type": "ping"})
             async for _, event in events:
                 if not isinstance(event, Finished) and event.text:
                     for item in live.push(event.text):
@@ -159,17 +142,15 @@ async def _messages(request: Request) -> Response:
                     if block["type"] != "thinking":       # streamed already
                         for item in _block_events(live.next_index(), block):
                             yield item
-            yield sse("message_delta", {"type": "message_delta", "delta": ending, "usage": final_usage()})
-            yield sse("message_stop", {"type": "message_stop"})
+            yield named_event("message_delta", {"type": "message_delta", "delta": ending, "usage": final_usage()})
+            yield named_event("message_stop", {"type": "message_stop"})
 
-        if (left := await first_event(events, request)) is not None:
-            return left
-        handed_over = True
-        return sse_response(stream(), release=stack.aclose, encode=str, end="",
-                            on_error=lambda err: sse("error", error_body(err.status, err.message)))
-    finally:
-        if not handed_over:
-            await stack.aclose()
+        return events, stream, result
+
+    return await respond(request, body.stream, prepare, encode=str, end="",
+                         on_error=lambda err: named_event("error", error_body(err.status, err.message)))
+
+
 
 
 class _LiveBlocks:
@@ -193,7 +174,7 @@ class _LiveBlocks:
         out = self.close()
         self.index, self.kind = self.next_index(), kind
         start = {"type": "thinking", "thinking": ""} if kind == "thinking" else {"type": "text", "text": ""}
-        out.append(sse("content_block_start", {"type": "content_block_start", "index": self.index,
+        out.append(named_event("content_block_start", {"type": "content_block_start", "index": self.index,
                                                "content_block": start}))
         return out
 
@@ -203,7 +184,7 @@ class _LiveBlocks:
         out = []
         if self.kind == "thinking":
             out.append(self._delta({"type": "signature_delta", "signature": ""}))
-        out.append(sse("content_block_stop", {"type": "content_block_stop", "index": self.index}))
+        out.append(named_event("content_block_stop", {"type": "content_block_stop", "index": self.index}))
         self.kind = None
         return out
 
@@ -229,7 +210,7 @@ class _LiveBlocks:
         return out
 
     def _delta(self, delta: dict[str, Any]) -> str:
-        return sse("content_block_delta", {"type": "content_block_delta", "index": self.index, "delta": delta})
+        return named_event("content_block_delta", {"type": "content_block_delta", "index": self.index, "delta": delta})
 
 
 def _block_events(index: int, block: dict[str, Any]) -> list[str]:
@@ -241,9 +222,9 @@ def _block_events(index: int, block: dict[str, Any]) -> list[str]:
     else:
         start = {**block, "input": {}}
         delta = {"type": "input_json_delta", "partial_json": _json(block["input"])}
-    return [sse("content_block_start", {"type": "content_block_start", "index": index, "content_block": start}),
-            sse("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}),
-            sse("content_block_stop", {"type": "content_block_stop", "index": index})]
+    return [named_event("content_block_start", {"type": "content_block_start", "index": index, "content_block": start}),
+            named_event("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}),
+            named_event("content_block_stop", {"type": "content_block_stop", "index": index})]
 
 
 def _json(value: Any) -> str:

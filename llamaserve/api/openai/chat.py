@@ -9,15 +9,14 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from llamacore.chat import tool_calls
 from llamacore.chat.openai import (
     ChatStream,
     Envelope,
     usage,
 )
-from llamacore.chat.prompt import tool_setup
 from llamacore.generation.events import Progress
 from llamaserve.api.common import (
+    Acquired,
     Prepared,
     acquire_engine,
     check_prompt_fits,
@@ -26,11 +25,11 @@ from llamaserve.api.common import (
     respond,
 )
 from llamaserve.api.openai.protocol import ChatRequest
+from llamaserve.config.settings import ServerConfig
 from llamaserve.errors import APIError
+from llamaserve.serving.chat import ChatPrompt, prepare_chat
 from llamaserve.serving.choices import Choice, cached_tokens, run_choices_reporting
 from llamaserve.serving.structured import check_grammar, response_grammar
-from llamaserve.serving.thinking import chat_input
-from llamaserve.serving.vision import load_message_images, prompt_off_loop
 
 
 async def chat_completions(request: Request) -> Response:
@@ -44,21 +43,13 @@ async def chat_completions(request: Request) -> Response:
     async def prepare(stack: AsyncExitStack) -> Prepared:
         acquired = await acquire_engine(stack, state.registry, body, body.model)
         entry, engine = acquired.entry, acquired.engine
-        template = acquired.loaded.chat_template(entry)
-        messages = [m.model_dump(exclude_none=True) for m in body.messages]
         try:
-            projector, images = await load_message_images(state.config, engine, entry.alias, messages)
-            tools, tool_grammar = tool_setup(template, body.tools, body.tool_choice)
-            prompt = await prompt_off_loop(
-                images, chat_input, engine.model, entry, template, messages, tools,
-                reasoning_format=body.reasoning_format, chat_template_kwargs=body.chat_template_kwargs,
-                reasoning_effort=body.reasoning_effort, add_generation_prompt=body.add_generation_prompt,
-                continue_final_message=body.continue_final_message, projector=projector, images=images)
-            tokens, template_stops, reasoning = prompt.tokens, prompt.stops, prompt.reasoning
-            if tool_grammar and body.grammar is not None:
+            prompt = await _prompt(state.config, acquired, body, reasoning_format=body.reasoning_format)
+            tokens, reasoning = prompt.tokens, prompt.reasoning
+            if prompt.tool_grammar and body.grammar is not None:
                 raise ValueError("grammar cannot be combined with a tool_choice that forces a call")
-            grammar = tool_grammar or await response_grammar(state, body, entry)
-            stops = template_stops + body.stop_list()
+            grammar = prompt.tool_grammar or await response_grammar(state, body, entry)
+            stops = prompt.stops + body.stop_list()
         except ValueError as exc:
             raise APIError(400, str(exc)) from None
         check_prompt_fits(len(tokens), engine.n_ctx_seq)
@@ -72,7 +63,7 @@ async def chat_completions(request: Request) -> Response:
             progress=body.return_progress and body.stream)
         count_adapter_usage(stack, state.registry, acquired, len(tokens), choices)
         envelope = Envelope.new("chatcmpl", body.model or entry.alias)
-        style = tool_calls.style_for(template) if tools else None
+        style = prompt.tool_style
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
 
         def result() -> dict[str, Any]:
@@ -121,18 +112,18 @@ async def chat_input_tokens(request: Request) -> Response:
     body = await parse_body(request, ChatRequest)
     async with AsyncExitStack() as stack:
         acquired = await acquire_engine(stack, request.app.state.registry, body, body.model)
-        template = acquired.loaded.chat_template(acquired.entry)
-        messages = [m.model_dump(exclude_none=True) for m in body.messages]
         try:
-            projector, images = await load_message_images(request.app.state.config, acquired.engine,
-                                                         acquired.entry.alias, messages)
-            tools, _ = tool_setup(template, body.tools, body.tool_choice)
-            prompt = await prompt_off_loop(
-                images, chat_input, acquired.engine.model, acquired.entry, template, messages, tools,
-                chat_template_kwargs=body.chat_template_kwargs, reasoning_effort=body.reasoning_effort,
-                add_generation_prompt=body.add_generation_prompt,
-                continue_final_message=body.continue_final_message, projector=projector, images=images)
-            tokens = prompt.tokens
+            prompt = await _prompt(request.app.state.config, acquired, body)
         except ValueError as exc:
             raise APIError(400, str(exc)) from None
-    return JSONResponse({"input_tokens": len(tokens)})
+    return JSONResponse({"input_tokens": len(prompt.tokens)})
+
+
+async def _prompt(config: ServerConfig, acquired: Acquired, body: ChatRequest,
+                  reasoning_format: str | None = None) -> ChatPrompt:
+    messages = [m.model_dump(exclude_none=True) for m in body.messages]
+    return await prepare_chat(config, acquired.loaded, acquired.entry, messages, body.tools, body.tool_choice,
+                              reasoning_format=reasoning_format, chat_template_kwargs=body.chat_template_kwargs,
+                              reasoning_effort=body.reasoning_effort,
+                              add_generation_prompt=body.add_generation_prompt,
+                              continue_final_message=body.continue_final_message)

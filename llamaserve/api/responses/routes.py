@@ -10,8 +10,6 @@ streams first as a reasoning item (response.reasoning_text.delta). Errors use Op
 
 from __future__ import annotations
 
-import asyncio
-import json
 from collections.abc import AsyncGenerator, Iterator
 from contextlib import AsyncExitStack, contextmanager
 from dataclasses import replace
@@ -20,11 +18,17 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from llamacore.chat import tool_calls
 from llamacore.chat.openai import assistant_message
-from llamacore.chat.prompt import grammar_for, tool_setup
 from llamacore.generation.events import Finished, Progress
-from llamaserve.api.common import acquire_engine, check_prompt_fits, count_adapter_usage, parse_body, sampling_for
+from llamaserve.api.common import (
+    Prepared,
+    acquire_engine,
+    check_prompt_fits,
+    count_adapter_usage,
+    parse_body,
+    respond,
+    sampling_for,
+)
 from llamaserve.api.responses.protocol import (
     ResponseDraft,
     ResponsesRequest,
@@ -37,11 +41,11 @@ from llamaserve.api.responses.protocol import (
     response_format,
 )
 from llamaserve.api.responses.store import ResponseStore
-from llamaserve.api.sse import first_event, sse_response
+from llamaserve.api.sse import named_event
 from llamaserve.errors import APIError
+from llamaserve.serving.chat import ToolsRefused, prepare_chat
 from llamaserve.serving.choices import Choice, run_choices_reporting
-from llamaserve.serving.thinking import chat_input
-from llamaserve.serving.vision import load_message_images, prompt_off_loop
+from llamaserve.serving.structured import format_grammar
 
 
 class Events:
@@ -53,7 +57,7 @@ class Events:
     def __call__(self, kind: str, **data: Any) -> str:
         payload = {"type": kind, **data, "sequence_number": self.sequence}
         self.sequence += 1
-        return f"event: {kind}\ndata: {json.dumps(payload, ensure_ascii=False, separators=(',', ':'))}\n\n"
+        return named_event(kind, payload)
 
     def error(self, err: APIError) -> str:
         return self("error", code=err.code, message=err.message, param=err.param)
@@ -126,24 +130,20 @@ async def create_response(request: Request) -> Response:
     messages = chat_messages(body.instructions, items)
     tools, tool_choice = chat_tools(body.tools, body.tool_choice)
     text_format = response_format(body.text)
-    stack = AsyncExitStack()
-    handed_over = False
-    try:
+    write = Events()
+
+    async def prepare(stack: AsyncExitStack) -> Prepared:
         acquired = await acquire_engine(stack, state.registry, body, body.model)
         entry, engine = acquired.entry, acquired.engine
-        template = acquired.loaded.chat_template(entry)
-        with _refused_as("tools"):
-            rendered_tools, grammar = tool_setup(template, tools, tool_choice)
-        with _refused_as("input"):
-            projector, images = await load_message_images(state.config, engine, entry.alias, messages)
-            prompt = await prompt_off_loop(images, chat_input, engine.model, entry, template, messages,
-                                           rendered_tools, reasoning_effort=(body.reasoning or {}).get("effort"),
-                                           projector=projector, images=images)
-            tokens, stops, reasoning = prompt.tokens, prompt.stops, prompt.reasoning
+        try:
+            prompt = await prepare_chat(state.config, acquired.loaded, entry, messages, tools, tool_choice,
+                                        reasoning_effort=(body.reasoning or {}).get("effort"))
+        except ValueError as exc:
+            raise APIError(400, str(exc), param="tools" if isinstance(exc, ToolsRefused) else "input") from None
+        tokens, stops, reasoning, grammar = prompt.tokens, prompt.stops, prompt.reasoning, prompt.tool_grammar
         if grammar is None and text_format is not None:          # (a forced call has no text to format)
             with _refused_as("text.format.schema"):
-                grammar = await asyncio.to_thread(grammar_for, text_format, cache=state.grammars,
-                                                  whitespace=entry.json_whitespace or "compact")
+                grammar = await format_grammar(state, text_format, entry.json_whitespace)
         check_prompt_fits(len(tokens), engine.n_ctx_seq, param="input")
         sampling = sampling_for(entry, body, temperature=1.0 if body.temperature is None else body.temperature,
                                 top_p=1.0 if body.top_p is None else body.top_p, grammar=grammar)
@@ -153,7 +153,7 @@ async def create_response(request: Request) -> Response:
                                           ignore_eos=False, metrics=state.metrics, model_name=entry.alias,
                                           progress=bool(body.return_progress and body.stream))
         count_adapter_usage(stack, state.registry, acquired, len(tokens), [choice])
-        style = tool_calls.style_for(template) if rendered_tools else None
+        style = prompt.tool_style
         draft = ResponseDraft(body, body.model or entry.alias)
 
         def finish() -> dict[str, Any]:
@@ -166,13 +166,6 @@ async def create_response(request: Request) -> Response:
             if body.store is not False:
                 store.put(items, final)
             return final
-
-        if not body.stream:
-            async for _ in generated:
-                pass
-            return JSONResponse(finish())
-
-        write = Events()
 
         async def stream() -> AsyncGenerator[str, None]:
             yield write("response.created", response=draft.snapshot([]))
@@ -232,13 +225,9 @@ async def create_response(request: Request) -> Response:
             yield write(f"response.{final['status']}", response=final,     # completed or incomplete
                         timings=choice.timings.llama_cpp())
 
-        if (left := await first_event(generated, request)) is not None:
-            return left
-        handed_over = True
-        return sse_response(stream(), release=stack.aclose, encode=str, end="", on_error=write.error)
-    finally:
-        if not handed_over:
-            await stack.aclose()
+        return generated, stream, finish
+
+    return await respond(request, bool(body.stream), prepare, encode=str, end="", on_error=write.error)
 
 
 def _check_query(request: Request) -> None:

@@ -1,0 +1,68 @@
+"""A chat request's prompt on its loaded model, prepared once for every chat-shaped route.
+
+Chat completions, Anthropic's messages (and their token counts) and the Responses API differ in
+their shapes only: each turns its request into chat messages, tools and a tool choice, then runs
+the same steps here (the alias's template, the tools it renders and the grammar a forced call
+needs, the messages' images, the rendered and tokenized prompt with its thinking settings), so
+they agree on the prompt a model sees.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from llamacore.chat import tool_calls
+from llamacore.chat.prompt import tool_setup
+from llamacore.chat.reasoning import Reasoning
+from llamaserve.config.settings import ModelEntry, ServerConfig
+from llamaserve.models.loaded import Loaded
+from llamaserve.serving.thinking import chat_input
+from llamaserve.serving.vision import load_message_images, prompt_off_loop
+
+
+class ToolsRefused(ValueError):
+    """The request's tools or tool_choice cannot be used (an API may name its own field for it)."""
+
+
+@dataclass(frozen=True)
+class ChatPrompt:
+    """A chat request's prompt: the template it rendered with, the tools rendered into it, the grammar
+    a forced tool call needs, its tokens, the template's stop strings and how reasoning is split off."""
+
+    template: str
+    tools: list | None
+    tool_grammar: str | None
+    tokens: list[int]
+    stops: list[str]
+    reasoning: Reasoning | None
+
+    @property
+    def tool_style(self) -> str | None:
+        """How the model writes tool calls (llamacore.chat.tool_calls), when tools were offered."""
+        return tool_calls.style_for(self.template) if self.tools else None
+
+
+async def prepare_chat(config: ServerConfig, loaded: Loaded, entry: ModelEntry, messages: list[dict[str, Any]],
+                       tools: list | None, tool_choice: Any, *, reasoning_format: str | None = None,
+                       chat_template_kwargs: Mapping[str, Any] | None = None, reasoning_effort: str | None = None,
+                       add_generation_prompt: bool | None = None,
+                       continue_final_message: bool | None = None) -> ChatPrompt:
+    """The prompt of `messages` on the loaded base of `entry`. ToolsRefused for unusable tools, another
+    ValueError (MediaError included) for messages, images or template variables that cannot be used."""
+    template = loaded.chat_template(entry)
+    try:
+        rendered_tools, tool_grammar = tool_setup(template, tools, tool_choice)
+    except ValueError as exc:
+        raise ToolsRefused(str(exc)) from None
+    projector, images = await load_message_images(config, loaded.engine, entry.alias, messages)
+    prompt = await prompt_off_loop(
+        images, chat_input, loaded.model, entry, template, messages, rendered_tools,
+        reasoning_format=reasoning_format, chat_template_kwargs=chat_template_kwargs,
+        reasoning_effort=reasoning_effort, add_generation_prompt=add_generation_prompt,
+        continue_final_message=continue_final_message, projector=projector, images=images)
+    return ChatPrompt(template, rendered_tools, tool_grammar, prompt.tokens, prompt.stops, prompt.reasoning)
+
+
+__all__ = ["ChatPrompt", "ToolsRefused", "prepare_chat"]
