@@ -53,6 +53,7 @@ from llamaserve.api.openapi import openapi_schema
 from llamaserve.api.responses.routes import create_response, delete_response, get_response
 from llamaserve.api.responses.store import ResponseStore
 from llamaserve.api.shutdown import Drain, DrainMiddleware
+from llamaserve.api.state import ServerState
 from llamaserve.api.web_ui import chat_page
 from llamaserve.config.settings import ServerConfig
 from llamaserve.errors import KNOWN_ERRORS, APIError, api_error_for
@@ -159,12 +160,8 @@ def create_app(config: ServerConfig) -> Starlette:
         APIError: _api_error, **{cls: _api_error for cls in KNOWN_ERRORS},
         HTTPException: _http_error, Exception: _unexpected}
     app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan, exception_handlers=handlers)
-    app.state.config = config
-    app.state.registry = registry
-    app.state.metrics = metrics
-    app.state.drain = drain
-    app.state.grammars = grammar_cache(config, metrics)
-    app.state.responses = ResponseStore(config.responses_store_size)
+    app.state.server = ServerState(config, registry, metrics, drain, grammar_cache(config, metrics),
+                                   ResponseStore(config.responses_store_size))
     return app
 
 
@@ -219,7 +216,7 @@ def serve(config: ServerConfig) -> None:
     uvicorn_config = uvicorn.Config(app, host=config.host, port=config.port, log_level=config.log_level.lower(),
                                     http="h11",
                                     timeout_graceful_shutdown=math.ceil(config.shutdown_grace + _CUT_MARGIN))
-    _Server(uvicorn_config, app.state.drain, config.shutdown_grace, config.drain_delay).run(
+    _Server(uvicorn_config, app.state.server.drain, config.shutdown_grace, config.drain_delay).run(
         sockets=listening_sockets(config.host, config.port))
 
 

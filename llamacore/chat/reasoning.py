@@ -20,7 +20,7 @@ model's) `chat_template_kwargs` can set it; `reasoning_effort: none` turns it of
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 REASONING_FORMATS = ("none", "auto", "deepseek", "deepseek-legacy")
@@ -113,6 +113,11 @@ class Reasoning:
 
     def splitter(self) -> ReasoningSplitter:
         return ReasoningSplitter(self)
+
+    def separate_splitter(self) -> ReasoningSplitter:
+        """A splitter whose reasoning is always its own part: for APIs that carry thinking in a block or
+        item of its own (Anthropic's, Responses), where deepseek-legacy's inline form has no place."""
+        return ReasoningSplitter(replace(self, format="deepseek"))
 
 
 @dataclass

@@ -15,6 +15,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from llamaserve.api.common import parse_body
 from llamaserve.api.openai.protocol import AddAdapterRequest, LoadLoraAdapterRequest, UnloadLoraAdapterRequest
+from llamaserve.api.state import server_state
 from llamaserve.config.settings import ModelEntry
 from llamaserve.errors import APIError, NameConflictError, UnknownModelError, api_error_for
 from llamaserve.lora.catalog import Adapter
@@ -28,13 +29,13 @@ from llamaserve.models.runtime_adapters import RuntimeAlias
 
 def _entry(request: Request) -> ModelEntry:
     try:
-        return request.app.state.registry.entry(request.path_params["alias"])
+        return server_state(request).registry.entry(request.path_params["alias"])
     except UnknownModelError as exc:
         raise api_error_for(exc, param="alias") from None
 
 
 async def admin_models(request: Request) -> Response:
-    registry: Registry = request.app.state.registry
+    registry: Registry = server_state(request).registry
     now = time.monotonic()
     out = []
     for entry in registry.entries():
@@ -66,13 +67,13 @@ async def admin_models(request: Request) -> Response:
 
 async def admin_load(request: Request) -> Response:
     entry = _entry(request)
-    loaded = await request.app.state.registry.load(entry)
+    loaded = await server_state(request).registry.load(entry)
     return JSONResponse({"alias": entry.alias, "state": "loaded", "load_seconds": round(loaded.load_seconds, 3)})
 
 
 async def admin_unload(request: Request) -> Response:
     entry = _entry(request)
-    registry = request.app.state.registry
+    registry = server_state(request).registry
     loaded = registry.state(entry)
     if loaded is not None:
         if loaded.busy():
@@ -103,7 +104,7 @@ def _adapter_state(registry: Registry, key: tuple, adapter: Adapter, draining: b
 
 async def list_adapters(request: Request) -> Response:
     """Adapters per base model: each one's names, source, load time, requests served and memory."""
-    registry: Registry = request.app.state.registry
+    registry: Registry = server_state(request).registry
     data = []
     for key, entries in registry.bases.items():
         if entries[0].load.get("embedding"):
@@ -141,7 +142,7 @@ async def _add(registry: Registry, alias: str, base: str | None, path: str,
 async def add_adapter(request: Request) -> Response:
     """POST /admin/adapters {path, alias, base?, scale?}: load the file onto the base, serve it as alias."""
     body = await parse_body(request, AddAdapterRequest)
-    rt, seconds = await _add(request.app.state.registry, body.alias, body.base, body.path, body.scale)
+    rt, seconds = await _add(server_state(request).registry, body.alias, body.base, body.path, body.scale)
     return JSONResponse({"object": "adapter", **_runtime_state(rt), "load_seconds": round(seconds, 4)})
 
 
@@ -154,7 +155,7 @@ def _remove(registry: Registry, alias: str) -> RuntimeAlias:
 
 async def remove_adapter(request: Request) -> Response:
     """DELETE /admin/adapters/{alias}: the alias goes now; its file when its last request ends."""
-    registry: Registry = request.app.state.registry
+    registry: Registry = server_state(request).registry
     rt = _remove(registry, request.path_params["alias"])
     return JSONResponse({"object": "adapter", "alias": rt.entry.alias, "deleted": True,
                          "draining": rt.adapter in registry.catalog(rt.entry).draining})
@@ -163,12 +164,12 @@ async def remove_adapter(request: Request) -> Response:
 async def vllm_load(request: Request) -> Response:
     """vLLM's POST /v1/load_lora_adapter: 200 with a short text body, as vLLM answers."""
     body = await parse_body(request, LoadLoraAdapterRequest)
-    await _add(request.app.state.registry, body.lora_name, body.base_model_name, body.lora_path, 1.0)
+    await _add(server_state(request).registry, body.lora_name, body.base_model_name, body.lora_path, 1.0)
     return PlainTextResponse(f"Success: LoRA adapter '{body.lora_name}' added successfully.")
 
 
 async def vllm_unload(request: Request) -> Response:
     """vLLM's POST /v1/unload_lora_adapter."""
     body = await parse_body(request, UnloadLoraAdapterRequest)
-    _remove(request.app.state.registry, body.lora_name)
+    _remove(server_state(request).registry, body.lora_name)
     return PlainTextResponse(f"Success: LoRA adapter '{body.lora_name}' removed successfully.")

@@ -16,10 +16,11 @@ from starlette.responses import JSONResponse, Response
 from llamacore.generation.sampling import SamplingParams
 from llamaserve.api.openai.protocol import AdapterFields
 from llamaserve.api.sse import event, first_event, sse_response
+from llamaserve.api.state import server_state
 from llamaserve.config.settings import ModelEntry
+from llamaserve.engine.client import EngineClient
 from llamaserve.errors import AdapterUnavailableError, APIError
 from llamaserve.lora.selection import Selection, select_adapters
-from llamaserve.models.factory import AnyEngine
 from llamaserve.models.registry import Loaded, Registry
 from llamaserve.serving.choices import Choice, ChoiceEvents
 
@@ -27,7 +28,7 @@ T = TypeVar("T", bound=BaseModel)
 
 
 async def parse_body(request: Request, schema: type[T]) -> T:
-    limit = request.app.state.config.max_body_bytes
+    limit = server_state(request).config.max_body_bytes
     if int(request.headers.get("content-length") or 0) > limit:
         raise APIError(413, f"request body is larger than {limit} bytes")
     raw = bytearray()
@@ -68,7 +69,7 @@ class Acquired:
 
     entry: ModelEntry
     loaded: Loaded
-    engine: AnyEngine
+    engine: EngineClient
     selection: Selection
 
 

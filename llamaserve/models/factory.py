@@ -8,16 +8,20 @@ crash, hang or leak of that model ends only that process. Both have the same int
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from llamacore import Llama
+from llamacore.gguf.header import DEFAULT_KEYS
 from llamacore.gguf.load_options import CONTEXT_KEYS, MODEL_KEYS
+from llamaserve.config.discovery import cached_header
 from llamaserve.config.hub import local_files
 from llamaserve.config.keys import DEFAULT_ISOLATION
 from llamaserve.config.settings import ModelEntry, ServerConfig
+from llamaserve.engine.client import EngineClient
 from llamaserve.engine.engine import Engine
 from llamaserve.engine.speculative import drafter_spec
 from llamaserve.runtime.logs import request_id
@@ -25,9 +29,11 @@ from llamaserve.worker.client import WorkerEmbedder, WorkerEngine
 from llamaserve.worker.process import WorkerProcess
 
 DEFAULT_STEP_TIMEOUT = 120.0     # seconds a worker may go without finishing an engine step while it has work
+DEFAULT_N_CTX = 2048             # each sequence's context when the entry sets none, at most the training context
+
+log = logging.getLogger(__name__)
 
 OnCrash = Callable[[WorkerProcess], None]
-AnyEngine = Engine | WorkerEngine       # the same interface, in this process or in a worker
 
 
 def isolation(entry: ModelEntry) -> str:
@@ -53,17 +59,20 @@ def _worker_options(entry: ModelEntry, label: str, watch: Supervision) -> dict[s
             "step_timeout": entry.step_timeout or DEFAULT_STEP_TIMEOUT}
 
 
-def build_engine(entry: ModelEntry, config: ServerConfig, label: str, watch: Supervision) -> AnyEngine:
+def build_engine(entry: ModelEntry, config: ServerConfig, label: str, watch: Supervision) -> EngineClient:
     """The engine for a generation entry (not started); hub files are fetched first."""
     model, projector_file = local_files(entry.model, entry.clip_model_path)
     params: dict[str, Any] = dict(entry.load)
+    n_ctx_train = _trained_context(model)
+    n_ctx = params.get("n_ctx", min(DEFAULT_N_CTX, n_ctx_train or DEFAULT_N_CTX))
+    _warn_beyond_training(label, n_ctx, n_ctx_train)
     options = {
         "parallel": _either(entry.parallel, config.parallel),
         "max_queue": _either(entry.max_queue, config.max_queue),
         "kv_unified": _either(entry.kv_unified, config.kv_unified),
         "share_prefixes": _either(entry.share_prefixes, config.share_prefixes),
         "cache_ram": _either(entry.cache_ram, config.cache_ram),
-        "n_ctx": params.get("n_ctx", 2048),
+        "n_ctx": n_ctx,
         "seed": params.get("seed"),     # config rejects pooling_type for generation entries
         "model_kwargs": {k: v for k, v in params.items() if k in MODEL_KEYS},
         "context_kwargs": {k: v for k, v in params.items() if k in CONTEXT_KEYS},
@@ -81,6 +90,7 @@ def build_embedder(entry: ModelEntry, config: ServerConfig, label: str, watch: S
     """The embedder for an embedding entry (`embedding: true`); a hub file is fetched first."""
     model, _ = local_files(entry.model, entry.clip_model_path)
     params = {k: v for k, v in entry.load.items() if k != "embedding"}
+    _warn_beyond_training(label, params.get("n_ctx", 0), _trained_context(model))
     if isolation(entry) == "process":
         spec = {**_worker_spec(model, config, label), "llama_kwargs": params}
         return WorkerEmbedder(spec, **_worker_options(entry, label, watch))
@@ -88,10 +98,29 @@ def build_embedder(entry: ModelEntry, config: ServerConfig, label: str, watch: S
     return Llama(model, embedding=True, **params)
 
 
+def _trained_context(model: Path) -> int | None:
+    """The context the model was trained on (`<arch>.context_length`), from its GGUF header alone;
+    None when it does not say (llama.cpp's load reports an unreadable file)."""
+    try:
+        key = f"{cached_header(model).architecture}.context_length"
+        value = cached_header(model, DEFAULT_KEYS | {key}).metadata.get(key)
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, int) and value > 0 else None
+
+
+def _warn_beyond_training(label: str, n_ctx: int, n_ctx_train: int | None) -> None:
+    """Our own line for a context past training: llama.cpp's compares its whole KV pool instead
+    (llamaserve.runtime.logs.PooledContext), which says nothing about one sequence."""
+    if n_ctx_train and n_ctx > n_ctx_train:
+        log.warning("model %s: n_ctx %d is beyond the %d tokens the model was trained on (n_ctx_train); answers past "
+                    "them may degrade unless RoPE scaling is set for it", label, n_ctx, n_ctx_train)
+
+
 def _either(own: Any, default: Any) -> Any:
     """A model entry's own setting, or the server-wide one when the entry leaves it unset."""
     return default if own is None else own
 
 
-__all__ = ["AnyEngine", "DEFAULT_ISOLATION", "DEFAULT_STEP_TIMEOUT", "Supervision", "build_embedder", "build_engine",
+__all__ = ["DEFAULT_ISOLATION", "DEFAULT_STEP_TIMEOUT", "Supervision", "build_embedder", "build_engine",
            "isolation"]

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from llamacore import Llama, Model
 from llamacore.chat.templates import resolve_template
 from llamaserve.config.settings import ModelEntry
-from llamaserve.engine.engine import Engine
+from llamaserve.engine.client import EngineClient
 from llamaserve.runtime.memory import collect_and_trim
-from llamaserve.worker.client import WorkerEmbedder, WorkerEngine
+from llamaserve.worker.client import WorkerEmbedder
 from llamaserve.worker.process import WorkerProcess
 
 
@@ -21,7 +21,7 @@ class Loaded:
 
     key: tuple
     entries: list[ModelEntry]
-    engine: Engine | WorkerEngine | None = None      # generation models
+    engine: EngineClient | None = None      # generation models (an Engine, or a worker process's)
     embedder: Llama | WorkerEmbedder | None = None   # embedding models (one request at a time, in a thread)
     embed_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     in_use: int = 0

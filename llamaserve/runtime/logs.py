@@ -8,6 +8,7 @@ loading thread's context names its alias, and an engine's thread is named after 
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from contextvars import ContextVar
 
@@ -34,6 +35,18 @@ class ModelTag(logging.Filter):
         return True
 
 
+class PooledContext(logging.Filter):
+    """Drops llama.cpp's "n_ctx_seq (N) > n_ctx_train (M)": an engine's unified KV cache holds
+    `parallel` sequences of n_ctx tokens, and llama.cpp takes that whole pool for one sequence, so
+    the line fired on every correct setup. llamaserve.models.factory warns about n_ctx itself."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not _POOLED_CONTEXT.search(record.getMessage())
+
+
+_POOLED_CONTEXT = re.compile(r"n_ctx_seq \(\d+\) > n_ctx_train \(\d+\)")
+
+
 class RequestTag(logging.Filter):
     """Prefixes a record logged while a request is served with ``[request <id>]``."""
 
@@ -53,5 +66,6 @@ def configure(log_level: str) -> None:
         if not any(isinstance(f, RequestTag) for f in handler.filters):
             handler.addFilter(RequestTag())
     llama_cpp = logging.getLogger(LLAMA_CPP_LOGGER)
-    if not any(isinstance(f, ModelTag) for f in llama_cpp.filters):
-        llama_cpp.addFilter(ModelTag())
+    for tag in (PooledContext, ModelTag):
+        if not any(isinstance(f, tag) for f in llama_cpp.filters):
+            llama_cpp.addFilter(tag())

@@ -56,7 +56,8 @@ async def prepare_chat(config: ServerConfig, loaded: Loaded, entry: ModelEntry, 
         rendered_tools, tool_grammar = tool_setup(template, tools, tool_choice)
     except ValueError as exc:
         raise ToolsRefused(str(exc)) from None
-    projector, images = await load_message_images(config, loaded.engine, entry.alias, messages)
+    engine_projector = loaded.engine.projector if loaded.engine is not None else None
+    projector, images = await load_message_images(config, engine_projector, entry.alias, messages)
     prompt = await prompt_off_loop(
         images, chat_input, loaded.model, entry, template, messages, rendered_tools,
         reasoning_format=reasoning_format, chat_template_kwargs=chat_template_kwargs,

@@ -11,8 +11,8 @@ from llamacore.chat.openai import ChoiceOutput
 from llamacore.generation.events import Finished, Progress, Text, TextEvent
 from llamacore.generation.kv_reuse import AdapterKey
 from llamacore.generation.sampling import SamplingParams
+from llamaserve.engine.client import EngineClient
 from llamaserve.errors import APIError, api_error_for
-from llamaserve.models.factory import AnyEngine
 from llamaserve.runtime.metrics import Metrics
 from llamaserve.serving.aio import merge
 from llamaserve.serving.generation import Generation, Timings, generate
@@ -35,7 +35,7 @@ def cached_tokens(choices: list[Choice], n: int = 1) -> int:
     return sum(c.timings.n_cached for c in choices[::n] if c.timings is not None)
 
 
-def run_choices(engine: AnyEngine, choices: list[Choice], stack: AsyncExitStack, *, max_tokens: int | None,
+def run_choices(engine: EngineClient, choices: list[Choice], stack: AsyncExitStack, *, max_tokens: int | None,
                 adapters: AdapterKey, stops: list[str], n_logprobs: int | None, ignore_eos: bool,
                 metrics: Metrics, model_name: str) -> ChoiceEvents[TextEvent]:
     """Every Text/Finished event of every choice as produced (choices decode together in the engine).
@@ -50,7 +50,7 @@ def run_choices(engine: AnyEngine, choices: list[Choice], stack: AsyncExitStack,
     return ChoiceEvents(cast(AsyncIterator[tuple[Choice, TextEvent]], _run(gens, choices)))
 
 
-def run_choices_reporting(engine: AnyEngine, choices: list[Choice], stack: AsyncExitStack, *,
+def run_choices_reporting(engine: EngineClient, choices: list[Choice], stack: AsyncExitStack, *,
                           max_tokens: int | None, adapters: AdapterKey, stops: list[str], n_logprobs: int | None,
                           ignore_eos: bool, metrics: Metrics, model_name: str,
                           progress: bool) -> ChoiceEvents[ChoiceEvent]:
@@ -62,7 +62,7 @@ def run_choices_reporting(engine: AnyEngine, choices: list[Choice], stack: Async
     return ChoiceEvents(_run(gens, choices))
 
 
-def _submit(engine: AnyEngine, choices: list[Choice], stack: AsyncExitStack, *, max_tokens: int | None,
+def _submit(engine: EngineClient, choices: list[Choice], stack: AsyncExitStack, *, max_tokens: int | None,
             adapters: AdapterKey, stops: list[str], n_logprobs: int | None, ignore_eos: bool,
             metrics: Metrics, model_name: str, progress: bool) -> list[Generation]:
     """Submit the choices (they decode together in the engine); their events are recorded in each

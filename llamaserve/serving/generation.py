@@ -29,13 +29,13 @@ from llamacore.generation.kv_reuse import AdapterKey
 from llamacore.generation.sampling import SamplingParams
 from llamacore.generation.text_stream import TextStream
 from llamacore.vision.prompt import images_of
+from llamaserve.engine.client import EngineClient
 from llamaserve.engine.request import GenRequest
-from llamaserve.models.factory import AnyEngine
 from llamaserve.runtime.metrics import Metrics
 from llamaserve.serving.mailbox import Mailbox
 
 
-def generate(engine: AnyEngine, tokens: list[int], sampling: SamplingParams, *, max_tokens: int | None,
+def generate(engine: EngineClient, tokens: list[int], sampling: SamplingParams, *, max_tokens: int | None,
              adapters: AdapterKey, stops: list[str], n_logprobs: int | None, ignore_eos: bool,
              metrics: Metrics, model_name: str, progress: bool = False) -> Generation:
     """Submit the request to the engine now, and return its Text events as text becomes safe to send, then one Finished.
@@ -123,7 +123,7 @@ class Generation:
         self.req.cancel()
 
 
-async def _texts(engine: AnyEngine, req: GenRequest, events: asyncio.Queue[EngineEvent], timings: Timings,
+async def _texts(engine: EngineClient, req: GenRequest, events: asyncio.Queue[EngineEvent], timings: Timings,
                  stops: list[str], metrics: Metrics, model_name: str) -> AsyncGenerator[TextEvent | Progress, None]:
     stream = TextStream(stops)
     first, count, finished = None, 0, False

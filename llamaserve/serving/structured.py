@@ -22,6 +22,7 @@ from llamacore.grammar.cache import GrammarCache
 from llamacore.grammar.limits import GrammarLimits
 from llamaserve.config.settings import ModelEntry, ServerConfig
 from llamaserve.errors import APIError
+from llamaserve.models.registry import Registry
 from llamaserve.runtime.metrics import Metrics
 
 
@@ -76,16 +77,17 @@ def grammar_cache(config: ServerConfig, metrics: Metrics) -> GrammarCache:
     return cache
 
 
-async def stops_and_grammar(state: Any, body: GrammarRequest) -> tuple[list[str], str | None]:
+async def stops_and_grammar(registry: Registry, grammars: GrammarCache,
+                            body: GrammarRequest) -> tuple[list[str], str | None]:
     """A completion request's stop strings and output grammar, checked before its model is pinned (a
     400 costs no load)."""
     try:
-        return body.stop_list(), await response_grammar(state, body, state.registry.entry(body.model, fallback=True))
+        return body.stop_list(), await response_grammar(grammars, body, registry.entry(body.model, fallback=True))
     except ValueError as exc:
         raise APIError(400, str(exc)) from None
 
 
-async def response_grammar(state: Any, body: GrammarRequest, entry: ModelEntry) -> str | None:
+async def response_grammar(grammars: GrammarCache, body: GrammarRequest, entry: ModelEntry) -> str | None:
     """GBNF for the request's `grammar` or response_format (None for text); ValueError (a 400) if
     refused. A `grammar` is checked against llama.cpp's parser by `check_grammar`, once the model is there."""
     if body.grammar is not None:
@@ -94,11 +96,12 @@ async def response_grammar(state: Any, body: GrammarRequest, entry: ModelEntry) 
         return body.grammar
     if not body.response_format:
         return None
-    return await format_grammar(state, body.response_format, body.json_whitespace or entry.json_whitespace)
+    return await format_grammar(grammars, body.response_format, body.json_whitespace or entry.json_whitespace)
 
 
-async def format_grammar(state: Any, response_format: dict[str, Any], whitespace: str | None) -> str | None:
+async def format_grammar(grammars: GrammarCache, response_format: dict[str, Any],
+                         whitespace: str | None) -> str | None:
     """GBNF for an OpenAI-shaped response_format (None for text), converted off the event loop through
     the server's grammar cache; ValueError if refused."""
     return await asyncio.to_thread(grammar_for, response_format, whitespace=whitespace or "compact",
-                                   cache=state.grammars)
+                                   cache=grammars)

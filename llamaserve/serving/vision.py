@@ -22,14 +22,13 @@ if TYPE_CHECKING:
     from llamaserve.config.settings import ServerConfig
 
 
-async def load_message_images(config: ServerConfig, engine: object, alias: str,
+async def load_message_images(config: ServerConfig, projector: Projector | None, alias: str,
                               messages: list[dict[str, Any]]) -> tuple[Projector | None, list[Image] | None]:
     """(the model's projector, the messages' images in order), or (None, None) when they hold none.
     MediaError for an image the model cannot take or the media policy refuses."""
     urls = image_urls(messages)
     if not urls:
         return None, None
-    projector = getattr(engine, "projector", None)
     if projector is None:
         raise MediaError(f"image input is not supported: model {alias!r} has no vision "
                          "projector (clip_model_path, or mmproj, in its config entry)")

@@ -19,6 +19,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
+
 from llamacore import Llama
 from llamacore.generation.events import EngineEvent, Failed
 from llamaserve.engine.engine import Engine
@@ -26,8 +28,27 @@ from llamaserve.engine.request import GenRequest
 from llamaserve.engine.speculative import drafter_spec
 from llamaserve.runtime.logs import configure, loading_model, request_id
 from llamaserve.worker.media import ChunkCache
-from llamaserve.worker.protocol import FAILED, FINISHED, decode_sampling, encode_error, encode_event
+from llamaserve.worker.protocol import (
+    LAST_EVENTS,
+    Call,
+    Cancel,
+    Close,
+    Load,
+    LoadFailed,
+    Ready,
+    Reply,
+    Step,
+    Submission,
+    Submit,
+    ToWorker,
+    WireEvent,
+    decode_sampling,
+    encode_error,
+    encode_event,
+)
 from llamaserve.worker.wire import ConnectionClosed, Wire
+
+_SUBMISSION = msgspec.msgpack.Decoder(Submission)
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +71,7 @@ class EngineHost:
             model_kwargs=spec["model_kwargs"], context_kwargs=spec["context_kwargs"])
         self.chunks = ChunkCache(self.engine.projector) if self.engine.projector is not None else None
         self.requests: dict[int, GenRequest] = {}
-        self._events: list[tuple] = []
+        self._events: list[WireEvent] = []
         self._lock = threading.Lock()
         self._last_sent = time.monotonic()
 
@@ -73,24 +94,26 @@ class EngineHost:
         self.engine.on_step = self.flush
         self.engine.start()
 
-    def submit(self, items: list[list]) -> None:
+    def submit(self, items: list[msgspec.Raw]) -> None:
         """Requests that arrived in one frame, queued together (they enter the same step)."""
         reqs: list[GenRequest] = []
         failed: list[tuple[GenRequest, Exception]] = []
-        for rid, tokens, sampling, max_tokens, adapters, n_logprobs, ignore_eos, progress, images in items:
+        for raw in items:
+            sub = _SUBMISSION.decode(raw)
+            tokens = sub.tokens
             placed: dict[int, Any] = {}
             error: Exception | None = None
-            if images:
+            if sub.images:
                 try:
                     if self.chunks is None:
                         raise ValueError("image input is not supported: this model has no vision projector")
-                    tokens, placed = self.chunks.prompt(tokens, images)
+                    tokens, placed = self.chunks.prompt(tokens, sub.images)
                 except ValueError as exc:
                     error = exc
-            req = GenRequest(tokens, decode_sampling(sampling), max_tokens, tuple((p, s) for p, s in adapters),
-                             self._emitter(rid), n_logprobs=n_logprobs, ignore_eos=ignore_eos, progress=progress,
-                             images=placed)
-            self.requests[rid] = req
+            req = GenRequest(tokens, decode_sampling(sub.sampling), sub.max_tokens, tuple(sub.adapters),
+                             self._emitter(sub.rid), n_logprobs=sub.n_logprobs, ignore_eos=sub.ignore_eos,
+                             progress=sub.progress, images=placed)
+            self.requests[sub.rid] = req
             if error is None:
                 reqs.append(req)
             else:
@@ -111,7 +134,7 @@ class EngineHost:
             item = encode_event(rid, event)
             with self._lock:
                 self._events.append(item)
-            if item[1] in (FINISHED, FAILED):     # the request's last event
+            if isinstance(item, LAST_EVENTS):     # the request's last event
                 self.requests.pop(rid, None)
         return emit
 
@@ -124,7 +147,7 @@ class EngineHost:
             return
         e = self.engine
         drafted, accepted = e.speculative_counts() or (0, 0)
-        self.wire.send(("step", e.active, e.queued, drafted, accepted, events, list(e.decode_counts())))
+        self.wire.send(Step(e.active, e.queued, drafted, accepted, events, e.decode_counts()))
         self._last_sent = now
 
     def close(self) -> None:
@@ -159,34 +182,33 @@ class EmbedHost:
 
 
 def serve(wire: Wire, host: EngineHost | EmbedHost) -> None:
-    """Read frames until ("close",) or until the server's end closes."""
+    """Read frames until Close or until the server's end closes."""
     calls = host.calls()
     while True:
         try:
             message = wire.recv()
         except ConnectionClosed:
             return
-        kind = message[0]
-        if kind == "submit" and isinstance(host, EngineHost):
-            host.submit(message[1])
-        elif kind == "cancel" and isinstance(host, EngineHost):
-            host.cancel(message[1])
-        elif kind == "call":
-            _, cid, name, args = message
-            threading.Thread(target=_answer, args=(wire, cid, calls[name], args), daemon=True).start()
-        elif kind == "close":
+        if isinstance(message, Submit) and isinstance(host, EngineHost):
+            host.submit(message.items)
+        elif isinstance(message, Cancel) and isinstance(host, EngineHost):
+            host.cancel(message.rid)
+        elif isinstance(message, Call):
+            threading.Thread(target=_answer, args=(wire, message.cid, calls[message.name], message.args),
+                             daemon=True).start()
+        elif isinstance(message, Close):
             return
         else:
-            raise ValueError(f"unexpected frame {kind!r}")
+            raise ValueError(f"unexpected frame {type(message).__name__}")
 
 
 def _answer(wire: Wire, cid: int, call: Callable[..., Any], args: list) -> None:
     try:
         result = call(*args)
     except Exception as exc:
-        reply: tuple = ("reply", cid, False, encode_error(exc))
+        reply = Reply(cid, False, encode_error(exc))
     else:
-        reply = ("reply", cid, True, result)
+        reply = Reply(cid, True, result)
     try:
         wire.send(reply)
     except ConnectionClosed:
@@ -199,9 +221,10 @@ def main(argv: list[str] | None = None) -> int:
     # the frame reader must get the GIL from the engine thread's Python work between decodes soon
     # after a request arrives, not after the default 5 ms
     sys.setswitchinterval(SWITCH_INTERVAL)
-    wire = Wire(socket.socket(fileno=int(argv[0])))
-    kind, spec = wire.recv()
-    assert kind == "load", kind
+    wire = Wire(socket.socket(fileno=int(argv[0])), receives=ToWorker)
+    load = wire.recv()
+    assert isinstance(load, Load), load
+    spec = load.spec
     configure(spec.get("log_level", "info"))
     loading_model.set(spec.get("label"))      # llama.cpp's lines from this process name the model
     loading_for = request_id.set(spec.get("request_id"))     # ...and, while it loads, the request that asked
@@ -209,11 +232,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         host = EmbedHost(wire, spec) if spec["kind"] == "embed" else EngineHost(wire, spec)
     except Exception as exc:
-        wire.send(("load_failed", encode_error(exc)))
+        wire.send(LoadFailed(encode_error(exc)))
         return 1
     finally:
         request_id.reset(loading_for)
-    wire.send(("ready", {**host.info(), "pid": os.getpid()}))
+    wire.send(Ready({**host.info(), "pid": os.getpid()}))
     host.start()
     try:
         serve(wire, host)

@@ -20,7 +20,7 @@ from llamaserve.engine.request import GenRequest
 from llamaserve.errors import QueueFullError
 from llamaserve.worker.media import RemoteProjector, wire_prompt
 from llamaserve.worker.process import WorkerProcess
-from llamaserve.worker.protocol import FAILED, FINISHED, decode_event, encode_sampling
+from llamaserve.worker.protocol import LAST_EVENTS, Cancel, Step, Submission, Submit, decode_event, encode_sampling
 
 GATHER = 0.001     # seconds an idle worker's first submission waits for others arriving with it
 
@@ -74,9 +74,9 @@ class WorkerEngine(WorkerProcess):
             raise ValueError(f"prompt has {len(req.tokens)} tokens; the context holds {self.n_ctx_seq}")
         rid = next(self._ids)
         tokens, images = wire_prompt(req.tokens, req.images)
-        item = self.wire.encode_item([rid, tokens, encode_sampling(req.sampling), req.max_tokens,
-                                      [list(a) for a in req.adapters], req.n_logprobs, req.ignore_eos, req.progress,
-                                      images])
+        item = self.wire.encode_item(Submission(rid, tokens, encode_sampling(req.sampling), req.max_tokens,
+                                                list(req.adapters), req.n_logprobs, req.ignore_eos, req.progress,
+                                                images))
         if not self.alive or self._closing:
             raise self._gone_error()
         if len(self._requests) >= self.capacity:
@@ -97,7 +97,7 @@ class WorkerEngine(WorkerProcess):
     def _send_submissions(self) -> None:
         items, self._submitting = self._submitting, []
         cancels, self._cancel_after = self._cancel_after, []
-        self._send(self.wire.encode(("submit", items)))
+        self._send(self.wire.encode(Submit(items)))
         for rid in cancels:
             self._cancel(rid)
 
@@ -106,7 +106,7 @@ class WorkerEngine(WorkerProcess):
             if self._submitting:          # it may still be waiting to be sent: cancel after it
                 self._cancel_after.append(rid)
             else:
-                self._send(self.wire.encode(("cancel", rid)))
+                self._send(self.wire.encode(Cancel(rid)))
 
     def add_adapter(self, path: str) -> None:
         """Load the adapter in the worker (FileNotFoundError / ValueError as Engine.add_adapter)."""
@@ -121,15 +121,14 @@ class WorkerEngine(WorkerProcess):
         del self.adapters[path]
         self.call_async("remove_adapter", path)       # freed there when its last request ends
 
-    def on_frame(self, message: Any) -> None:
-        _, self._active, _queued, drafted, accepted, events, decodes = message
-        self._counts = (drafted, accepted)
-        self._decodes = (decodes[0], decodes[1], decodes[2])
-        for item in events:
-            rid, event = decode_event(item)
-            req = self._requests.pop(rid, None) if item[1] in (FINISHED, FAILED) else self._requests.get(rid)
+    def on_step(self, step: Step) -> None:
+        self._active = step.active
+        self._counts = (step.drafted, step.accepted)
+        self._decodes = step.decodes
+        for item in step.events:
+            req = self._requests.pop(item.rid, None) if isinstance(item, LAST_EVENTS) else self._requests.get(item.rid)
             if req is not None:
-                req.emit(event)
+                req.emit(decode_event(item))
 
     def on_exit(self, error: Exception) -> None:
         requests, self._requests = self._requests, {}

@@ -51,12 +51,12 @@ class RemoteProjector:
         return [RemoteImageChunk(item[1], item[2]) if item and item[0] == "image" else item for item in layout]
 
 
-def wire_prompt(tokens: list[int], images: dict[int, Any]) -> tuple[list[int], list[list[Any]]]:
+def wire_prompt(tokens: list[int], images: dict[int, Any]) -> tuple[list[int], list[tuple[int, str]]]:
     """A prompt's tokens for the wire (image rows as -1: placeholders do not fit in 64 bits) and its
     images as [start, id] pairs."""
     if not images:
         return tokens, []
-    return [t if t >= 0 else -1 for t in tokens], [[start, chunk.id] for start, chunk in sorted(images.items())]
+    return [t if t >= 0 else -1 for t in tokens], [(start, chunk.id) for start, chunk in sorted(images.items())]
 
 
 class ChunkCache:
@@ -82,7 +82,7 @@ class ChunkCache:
             self._chunks.popitem(last=False)
         return layout
 
-    def prompt(self, tokens: list[int], images: list[list[Any]]) -> tuple[list[int], dict[int, Any]]:
+    def prompt(self, tokens: list[int], images: list[tuple[int, str]]) -> tuple[list[int], dict[int, Any]]:
         """A submission's tokens with placeholders back in place, and its chunks by position."""
         placed: dict[int, Any] = {}
         tokens = list(tokens)

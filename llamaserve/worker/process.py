@@ -30,7 +30,7 @@ from typing import Any
 from llamacore import Model
 from llamaserve.errors import EngineClosedError, WorkerCrashedError
 from llamaserve.worker.forks import ForkedWorker, fork_server
-from llamaserve.worker.protocol import decode_error
+from llamaserve.worker.protocol import Call, Close, Load, LoadFailed, Ready, Reply, Step, ToServer, decode_error
 from llamaserve.worker.wire import ConnectionClosed, FrameProtocol, Wire
 
 log = logging.getLogger(__name__)
@@ -106,11 +106,11 @@ class WorkerProcess:
         finally:
             theirs.close()
         self.pid = self.proc.pid
-        self.wire = Wire(ours)
+        self.wire = Wire(ours, receives=ToServer)
         self._monitor = threading.Thread(target=self._watch, name=f"monitor:{label}", daemon=True)
         self._monitor.start()
         try:
-            self.wire.send(("load", spec))
+            self.wire.send(Load(spec))
             self.info = self._await_ready()
             if self._over_memory():       # loaded beyond max_rss: never serves
                 self._exited.set()
@@ -129,12 +129,14 @@ class WorkerProcess:
             self._note_exit(self._wait(5))
             raise WorkerCrashedError(f"the worker process {self.crash_reason} while loading",
                                      self.crash_cause or "exit") from None
-        if message[0] == "load_failed":
-            raise decode_error(message[1])
-        return message[1]
+        if isinstance(message, LoadFailed):
+            raise decode_error(message.error)
+        if not isinstance(message, Ready):
+            raise RuntimeError(f"the worker process answered its load with {type(message).__name__}")
+        return message.info
 
     async def _attach(self) -> asyncio.Transport:
-        protocol = FrameProtocol(self._on_message, self._on_lost, self.wire.leftover())
+        protocol = FrameProtocol(self._on_message, self._on_lost, self.wire.leftover(), receives=ToServer)
         transport, _ = await self.loop.create_unix_connection(lambda: protocol, sock=self.wire.sock)
         return transport
 
@@ -170,7 +172,7 @@ class WorkerProcess:
             done.set_exception(self._gone_error())
             return done
         cid = next(self._call_ids)
-        frame = self.wire.encode(("call", cid, name, list(args)))     # ValueError for what cannot cross
+        frame = self.wire.encode(Call(cid, name, list(args)))     # ValueError for what cannot cross
         if not self._calls:
             self._last_frame = time.monotonic()   # the watchdog measures this work from now
         self._calls[cid] = done
@@ -192,18 +194,17 @@ class WorkerProcess:
 
     # -- frames (on the event loop) ----------------------------------------------------------
 
-    def _on_message(self, message: Any) -> None:
+    def _on_message(self, message: ToServer) -> None:
         self._last_frame = time.monotonic()
-        if message[0] == "step":
-            self.on_frame(message)
-        elif message[0] == "reply":
-            _, cid, ok, value = message
-            done = self._calls.pop(cid, None)
+        if isinstance(message, Step):
+            self.on_step(message)
+        elif isinstance(message, Reply):
+            done = self._calls.pop(message.cid, None)
             if done is not None:
-                if ok:
-                    done.set_result(value)
+                if message.ok:
+                    done.set_result(message.value)
                 else:
-                    done.set_exception(decode_error(value))
+                    done.set_exception(decode_error(message.value))
 
     def _on_lost(self) -> None:
         self._exited.set()
@@ -233,8 +234,8 @@ class WorkerProcess:
         self.crash_cause = self._kill_cause if self._kill_reason else (
             "signal" if returncode is not None and returncode < 0 else "exit")
 
-    def on_frame(self, message: Any) -> None:
-        """A ("step", ...) frame from the worker."""
+    def on_step(self, step: Step) -> None:
+        """A step's frame from the worker: its events and counters."""
 
     def on_exit(self, error: Exception) -> None:
         """The worker is gone: fail whatever still waits on it with `error`."""
@@ -285,7 +286,7 @@ class WorkerProcess:
         Blocks: call it off the event loop."""
         self._closing = True
         if self.alive:
-            self._send(self.wire.encode(("close",)))
+            self._send(self.wire.encode(Close()))
         self._wait(timeout)
         self._finished.wait(timeout)
 

@@ -6,8 +6,8 @@ reads the same frames on the server's event loop once the worker is up.
 One frame is a 4-byte big-endian length and a msgpack body (msgspec). The worker sends one
 frame of events per engine step (every token every running sequence sampled in that step),
 never a frame per token, and the server sends one frame per request, cancel or call. Messages
-are plain tuples of numbers, strings and lists, so decoding runs no code the peer chose (unlike
-pickle).
+are the structs of llamaserve.worker.protocol, numbers, strings and lists on the wire, so decoding
+runs no code the peer chose (unlike pickle).
 """
 
 from __future__ import annotations
@@ -32,10 +32,11 @@ class ConnectionClosed(EOFError):
 class Wire:
     """One end of the socket pair: `recv` from one thread, `send` from any (sends are serialised)."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, receives: Any = Any) -> None:
+        """`receives`: the type frames from the other end decode into (llamaserve.worker.protocol)."""
         self.sock = sock
         self._encoder = msgspec.msgpack.Encoder()
-        self._decoder = msgspec.msgpack.Decoder()
+        self._decoder = msgspec.msgpack.Decoder(receives)
         self._send_lock = threading.Lock()
         self._buffer = bytearray()
 
@@ -103,9 +104,10 @@ class FrameProtocol(asyncio.Protocol):
     with no thread switch and no wait for the GIL.
     """
 
-    def __init__(self, on_message: Callable[[Any], None], on_lost: Callable[[], None], initial: bytes = b"") -> None:
+    def __init__(self, on_message: Callable[[Any], None], on_lost: Callable[[], None], initial: bytes = b"",
+                 receives: Any = Any) -> None:
         self.on_message, self.on_lost = on_message, on_lost
-        self._decoder = msgspec.msgpack.Decoder()
+        self._decoder = msgspec.msgpack.Decoder(receives)
         self._buffer = bytearray(initial)
         self.transport: asyncio.Transport | None = None
 

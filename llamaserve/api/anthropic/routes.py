@@ -10,7 +10,6 @@ import json
 import logging
 from collections.abc import AsyncGenerator
 from contextlib import AsyncExitStack
-from dataclasses import replace
 from typing import Any
 
 from starlette.requests import Request
@@ -41,6 +40,7 @@ from llamaserve.api.common import (
     sampling_for,
 )
 from llamaserve.api.sse import named_event
+from llamaserve.api.state import server_state
 from llamaserve.config.settings import ServerConfig
 from llamaserve.errors import APIError, api_error_for
 from llamaserve.serving.chat import ChatPrompt, prepare_chat
@@ -67,8 +67,8 @@ async def count_tokens(request: Request) -> Response:
     try:
         body = await parse_body(request, MessagesRequest)
         async with AsyncExitStack() as stack:
-            prompt = await _prompt(request.app.state.config, await acquire_engine(
-                stack, request.app.state.registry, body, body.model), body)
+            prompt = await _prompt(server_state(request).config, await acquire_engine(
+                stack, server_state(request).registry, body, body.model), body)
         return JSONResponse({"input_tokens": len(prompt.tokens)})
     except ValueError as exc:
         return _error(APIError(400, str(exc)))
@@ -86,7 +86,7 @@ async def _messages(request: Request) -> Response:
     body = await parse_body(request, MessagesRequest)
     if body.max_tokens is None:
         raise APIError(400, "max_tokens: Field required", param="max_tokens")
-    state = request.app.state
+    state = server_state(request)
 
     async def prepare(stack: AsyncExitStack) -> Prepared:
         acquired = await acquire_engine(stack, state.registry, body, body.model)
@@ -159,8 +159,7 @@ class _LiveBlocks:
     answer is `held` (tools offered: it becomes blocks at the end)."""
 
     def __init__(self, reasoning: Reasoning | None, held: bool) -> None:
-        # (deepseek-legacy's inline reasoning is a chat-stream form: here reasoning is always its own block)
-        self.splitter = replace(reasoning, format="deepseek").splitter() if reasoning is not None else None
+        self.splitter = reasoning.separate_splitter() if reasoning is not None else None
         self.held = held
         self.index = -1
         self.kind: str | None = None            # the open block's type, if any

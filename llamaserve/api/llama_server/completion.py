@@ -12,6 +12,7 @@ from starlette.responses import Response
 from llamacore.generation.events import Finished, Progress
 from llamaserve.api.common import Prepared, acquire_engine, check_prompt_fits, count_adapter_usage, parse_body, respond
 from llamaserve.api.llama_server.protocol import NativeCompletionRequest, final, probabilities, prompts
+from llamaserve.api.state import server_state
 from llamaserve.errors import APIError
 from llamaserve.serving.choices import Choice, run_choices_reporting
 from llamaserve.serving.structured import check_grammar, stops_and_grammar
@@ -19,7 +20,7 @@ from llamaserve.serving.structured import check_grammar, stops_and_grammar
 
 async def llama_completion(request: Request) -> Response:
     body = await parse_body(request, NativeCompletionRequest)
-    state = request.app.state
+    state = server_state(request)
     refused = body.refused()
     if refused:
         raise APIError(400, refused)
@@ -27,7 +28,7 @@ async def llama_completion(request: Request) -> Response:
         if body.grammar is not None:
             raise APIError(400, "give either grammar or json_schema, not both", param="json_schema")
         body.response_format = {"type": "json_schema", "json_schema": {"name": "output", "schema": body.json_schema}}
-    stops, grammar = await stops_and_grammar(state, body)
+    stops, grammar = await stops_and_grammar(state.registry, state.grammars, body)
 
     async def prepare(stack: AsyncExitStack) -> Prepared:
         acquired = await acquire_engine(stack, state.registry, body, body.model)

@@ -13,6 +13,7 @@ import llamaserve
 from llamacore import llama_cpp_version
 from llamaserve.api.common import acquire, apply_sampling_defaults
 from llamaserve.api.llama_server.protocol import NativeCompletionRequest
+from llamaserve.api.state import server_state
 from llamaserve.config.settings import ModelEntry, ServerConfig
 from llamaserve.errors import APIError
 from llamaserve.models.loaded import Loaded
@@ -21,9 +22,9 @@ from llamaserve.models.loaded import Loaded
 async def props(request: Request) -> Response:
     """The default model's properties (or `?model=`'s), in llama-server's shape; loads the model as a
     request for it would."""
-    config: ServerConfig = request.app.state.config
+    config: ServerConfig = server_state(request).config
     async with AsyncExitStack() as stack:
-        entry, loaded = await acquire(stack, request.app.state.registry, request.query_params.get("model"))
+        entry, loaded = await acquire(stack, server_state(request).registry, request.query_params.get("model"))
         return JSONResponse(_props(config, entry, loaded))
 
 

@@ -15,6 +15,7 @@ from starlette.responses import JSONResponse, Response
 from llamacore.chat.prompt import prompt_text
 from llamaserve.api.common import acquire, parse_body
 from llamaserve.api.openai.protocol import ApplyTemplateRequest, DetokenizeRequest, TokenizeRequest
+from llamaserve.api.state import server_state
 from llamaserve.errors import APIError
 from llamaserve.serving.thinking import kwargs_for
 
@@ -22,7 +23,7 @@ from llamaserve.serving.thinking import kwargs_for
 async def tokenize(request: Request) -> Response:
     body = await parse_body(request, TokenizeRequest)
     async with AsyncExitStack() as stack:
-        _, loaded = await acquire(stack, request.app.state.registry, body.model)
+        _, loaded = await acquire(stack, server_state(request).registry, body.model)
         model = loaded.model
         tokens = model.tokenize(body.content, add_special=body.add_special, parse_special=body.parse_special)
         if not body.with_pieces:
@@ -41,7 +42,7 @@ def _piece(raw: bytes) -> str | list[int]:
 async def detokenize(request: Request) -> Response:
     body = await parse_body(request, DetokenizeRequest)
     async with AsyncExitStack() as stack:
-        _, loaded = await acquire(stack, request.app.state.registry, body.model)
+        _, loaded = await acquire(stack, server_state(request).registry, body.model)
         try:
             raw = loaded.model.detokenize(body.tokens)
         except (IndexError, ValueError) as exc:      # an id outside the vocabulary
@@ -52,7 +53,7 @@ async def detokenize(request: Request) -> Response:
 async def apply_template(request: Request) -> Response:
     body = await parse_body(request, ApplyTemplateRequest)
     async with AsyncExitStack() as stack:
-        entry, loaded = await acquire(stack, request.app.state.registry, body.model)
+        entry, loaded = await acquire(stack, server_state(request).registry, body.model)
         messages: list[dict[str, Any]] = [m.model_dump(exclude_none=True) for m in body.messages]
         try:
             template = loaded.chat_template(entry)

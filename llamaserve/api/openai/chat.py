@@ -25,6 +25,7 @@ from llamaserve.api.common import (
     respond,
 )
 from llamaserve.api.openai.protocol import ChatRequest
+from llamaserve.api.state import server_state
 from llamaserve.config.settings import ServerConfig
 from llamaserve.errors import APIError
 from llamaserve.serving.chat import ChatPrompt, prepare_chat
@@ -34,7 +35,7 @@ from llamaserve.serving.structured import check_grammar, response_grammar
 
 async def chat_completions(request: Request) -> Response:
     body = await parse_body(request, ChatRequest)
-    state = request.app.state
+    state = server_state(request)
     if body.json_schema is not None:
         if body.response_format is not None or body.grammar is not None:
             raise APIError(400, "give one of json_schema, response_format and grammar", param="json_schema")
@@ -48,7 +49,7 @@ async def chat_completions(request: Request) -> Response:
             tokens, reasoning = prompt.tokens, prompt.reasoning
             if prompt.tool_grammar and body.grammar is not None:
                 raise ValueError("grammar cannot be combined with a tool_choice that forces a call")
-            grammar = prompt.tool_grammar or await response_grammar(state, body, entry)
+            grammar = prompt.tool_grammar or await response_grammar(state.grammars, body, entry)
             stops = prompt.stops + body.stop_list()
         except ValueError as exc:
             raise APIError(400, str(exc)) from None
@@ -111,9 +112,9 @@ async def chat_input_tokens(request: Request) -> Response:
     takes (template, tools and all), without generating."""
     body = await parse_body(request, ChatRequest)
     async with AsyncExitStack() as stack:
-        acquired = await acquire_engine(stack, request.app.state.registry, body, body.model)
+        acquired = await acquire_engine(stack, server_state(request).registry, body, body.model)
         try:
-            prompt = await _prompt(request.app.state.config, acquired, body)
+            prompt = await _prompt(server_state(request).config, acquired, body)
         except ValueError as exc:
             raise APIError(400, str(exc)) from None
     return JSONResponse({"input_tokens": len(prompt.tokens)})

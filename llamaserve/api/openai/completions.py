@@ -20,6 +20,7 @@ from llamaserve.api.common import (
     respond,
 )
 from llamaserve.api.openai.protocol import CompletionRequest
+from llamaserve.api.state import server_state
 from llamaserve.errors import APIError
 from llamaserve.serving.choices import Choice, cached_tokens, run_choices
 from llamaserve.serving.structured import check_grammar, stops_and_grammar
@@ -49,10 +50,10 @@ def _prompts(body: CompletionRequest, model) -> list[list[int]]:
 
 async def completions(request: Request) -> Response:
     body = await parse_body(request, CompletionRequest)
-    state = request.app.state
+    state = server_state(request)
     if body.suffix:
         raise APIError(400, "suffix is not supported", param="suffix")
-    stops, grammar = await stops_and_grammar(state, body)
+    stops, grammar = await stops_and_grammar(state.registry, state.grammars, body)
 
     async def prepare(stack: AsyncExitStack) -> Prepared:
         acquired = await acquire_engine(stack, state.registry, body, body.model)

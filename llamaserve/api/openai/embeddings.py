@@ -16,6 +16,7 @@ from starlette.responses import JSONResponse, Response
 from llamaserve.api.common import acquire, parse_body
 from llamaserve.api.llama_server.protocol import prompts
 from llamaserve.api.openai.protocol import EmbeddingRequest, NativeEmbeddingRequest
+from llamaserve.api.state import server_state
 from llamaserve.errors import APIError
 
 _MEDIA = ("image_url", "input_audio", "input_video")
@@ -49,7 +50,7 @@ async def _embed(request: Request, body: EmbeddingRequest, raw: Any, oai: bool) 
         raise APIError(400, "embeddings take no LoRA adapters (lora_adapters and lora apply to completions and "
                             "chat)", param="lora_adapters" if body.lora_adapters is not None else "lora")
     async with AsyncExitStack() as stack:
-        entry, loaded = await acquire(stack, request.app.state.registry, body.model)
+        entry, loaded = await acquire(stack, server_state(request).registry, body.model)
         if loaded.embedder is None:
             raise APIError(400, f"model '{entry.alias}' is not an embedding model (set embedding: true)",
                            param="model")
@@ -83,7 +84,7 @@ async def _embed(request: Request, body: EmbeddingRequest, raw: Any, oai: bool) 
                 code = "context_length_exceeded" if "the limit is" in str(exc) else None
                 hint = "; send \"truncate\": true to cut it" if code else ""
                 raise APIError(400, f"{exc}{hint}", param="input", code=code) from None
-            request.app.state.metrics.llamacpp.observe_embedding(
+            server_state(request).metrics.llamacpp.observe_embedding(
                 result["usage"]["prompt_tokens"], time.monotonic() - started, loaded.embedder.embed_decodes - decodes)
     return {**result, "per_token": per_token} if not oai else dict(result)
 

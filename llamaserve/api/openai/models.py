@@ -9,6 +9,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from llamaserve.api.state import server_state
 from llamaserve.config.settings import ModelEntry
 from llamaserve.errors import APIError, UnknownModelError, api_error_for
 from llamaserve.models.registry import Registry
@@ -30,14 +31,14 @@ def model_card(registry: Registry, entry: ModelEntry, name: str, created: int) -
 
 
 async def list_models(request: Request) -> Response:
-    registry: Registry = request.app.state.registry
+    registry: Registry = server_state(request).registry
     created = int(time.time())
     data = [model_card(registry, e, name, created) for e in registry.entries() for name in e.names()]
     return JSONResponse({"object": "list", "data": data})
 
 
 async def get_model(request: Request) -> Response:
-    registry: Registry = request.app.state.registry
+    registry: Registry = server_state(request).registry
     name = request.path_params["model"]
     try:
         entry = registry.entry(name) if name else None
@@ -54,7 +55,7 @@ async def lora_adapters(request: Request) -> Response:
     `scale` is the scale that alias applies when a request names no adapters (0 for the others);
     ids are what a request's `lora: [{id, scale}]` names.
     """
-    registry: Registry = request.app.state.registry
+    registry: Registry = server_state(request).registry
     try:
         entry = registry.entry(request.query_params.get("model"), fallback=True)
     except UnknownModelError as exc:
@@ -80,7 +81,7 @@ async def health(request: Request) -> Response:
 async def ready(request: Request) -> Response:
     """Readiness: 503 once SIGTERM arrived (drain_delay), and with ready_requires_model until the
     default model is loaded; a load balancer sends traffic only while this is 200."""
-    state = request.app.state
+    state = server_state(request)
     if state.drain.unready:
         return JSONResponse({"status": "draining"}, status_code=503)
     if state.config.ready_requires_model and not state.registry.default_loaded():
@@ -89,7 +90,7 @@ async def ready(request: Request) -> Response:
 
 
 async def prometheus(request: Request) -> Response:
-    state = request.app.state
+    state = server_state(request)
     if not state.config.metrics:
         raise APIError(501, "metrics are off on this server (metrics: false in its config)")
     engines = [m.engine for m in state.registry.loaded.values() if m.engine is not None]

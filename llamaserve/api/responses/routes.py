@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Iterator
 from contextlib import AsyncExitStack, contextmanager
-from dataclasses import replace
 from typing import Any
 
 from starlette.requests import Request
@@ -42,6 +41,7 @@ from llamaserve.api.responses.protocol import (
 )
 from llamaserve.api.responses.store import ResponseStore
 from llamaserve.api.sse import named_event
+from llamaserve.api.state import server_state
 from llamaserve.errors import APIError
 from llamaserve.serving.chat import ToolsRefused, prepare_chat
 from llamaserve.serving.choices import Choice, run_choices_reporting
@@ -122,7 +122,7 @@ def _refused_as(param: str) -> Iterator[None]:
 async def create_response(request: Request) -> Response:
     body = await parse_body(request, ResponsesRequest)
     check_supported(body)
-    state = request.app.state
+    state = server_state(request)
     store: ResponseStore = state.responses
     history = [] if body.previous_response_id is None else \
         store.get(body.previous_response_id, "previous_response_id").conversation()
@@ -143,7 +143,7 @@ async def create_response(request: Request) -> Response:
         tokens, stops, reasoning, grammar = prompt.tokens, prompt.stops, prompt.reasoning, prompt.tool_grammar
         if grammar is None and text_format is not None:          # (a forced call has no text to format)
             with _refused_as("text.format.schema"):
-                grammar = await format_grammar(state, text_format, entry.json_whitespace)
+                grammar = await format_grammar(state.grammars, text_format, entry.json_whitespace)
         check_prompt_fits(len(tokens), engine.n_ctx_seq, param="input")
         sampling = sampling_for(entry, body, temperature=1.0 if body.temperature is None else body.temperature,
                                 top_p=1.0 if body.top_p is None else body.top_p, grammar=grammar)
@@ -171,8 +171,7 @@ async def create_response(request: Request) -> Response:
             yield write("response.created", response=draft.snapshot([]))
             yield write("response.in_progress", response=draft.snapshot([]))
             live = style is None               # without tools the text streams as it comes (reasoning always)
-            # (deepseek-legacy's inline reasoning is a chat-stream form: here reasoning is always its own item)
-            splitter = replace(reasoning, format="deepseek").splitter() if reasoning is not None else None
+            splitter = reasoning.separate_splitter() if reasoning is not None else None
             started: list[str] = []            # the types of the items streamed so far, in output order
             if live and splitter is None:
                 started.append("message")
@@ -239,10 +238,10 @@ def _check_query(request: Request) -> None:
 
 async def get_response(request: Request) -> Response:
     _check_query(request)
-    return JSONResponse(request.app.state.responses.get(request.path_params["response_id"]).response)
+    return JSONResponse(server_state(request).responses.get(request.path_params["response_id"]).response)
 
 
 async def delete_response(request: Request) -> Response:
     response_id = request.path_params["response_id"]
-    request.app.state.responses.delete(response_id)
+    server_state(request).responses.delete(response_id)
     return JSONResponse({"id": response_id, "object": "response", "deleted": True})
