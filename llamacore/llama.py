@@ -12,8 +12,10 @@ a parameter is honoured or refused with ValueError, never silently dropped.
 
 from __future__ import annotations
 
+import difflib
 import logging
 import os
+import warnings
 from collections.abc import Sequence
 from typing import Any, Self
 
@@ -124,7 +126,7 @@ class Llama(TokenLevel, Generation, CacheAndState, Completions, ChatMethods, Emb
         (llamacore.LLAMA_SPLIT_MODE_LAYER, GGML_TYPE_Q8_0, ...) or llamacore's names ("layer", "q8_0").
         RoPE scaling, YaRN (llama-cpp-python's values by default), `op_offload`, `swa_full` and `numa`
         are passed to llama.cpp; `lora_base` accepts only None; an unknown keyword
-        is accepted with a warning that names it, as llama-cpp-python's `**kwargs` accepts it.
+        is accepted with a UserWarning that names it (and a close match), as llama-cpp-python's `**kwargs` accepts it.
 
         `lora_adapters` ({path: scale}) loads several adapters (scale 0 = loaded, inactive; see
         `set_lora_adapter_scale`), besides llama-cpp-python's `lora_path`/`lora_scale`.
@@ -141,9 +143,10 @@ class Llama(TokenLevel, Generation, CacheAndState, Completions, ChatMethods, Emb
         """
         init_args = dict(locals())
         self._init_args = {k: v for k, v in init_args.items() if k not in ("self", "kwargs")}
-        if kwargs:
-            _log.warning("Llama(): unknown keyword argument(s) %s accepted and ignored (llama-cpp-python's "
-                         "Llama takes **kwargs)", ", ".join(sorted(kwargs)))
+        for name in sorted(kwargs):   # llama-cpp-python's Llama takes **kwargs too; a typo must still show
+            close = difflib.get_close_matches(name, self._init_args, n=1)
+            warnings.warn(f"Llama(): unknown keyword argument {name!r} ignored"
+                          + (f" (did you mean {close[0]!r}?)" if close else ""), UserWarning, stacklevel=2)
         check_unsupported(lora_base=lora_base)
         split_name = option_name("split_mode", split_mode, lc.SPLIT_MODE_NAMES)
         pooling_name = option_name("pooling_type", pooling_type, lc.POOLING_TYPE_NAMES)

@@ -10,6 +10,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 from importlib import resources
 from pathlib import Path
@@ -20,6 +21,7 @@ from llamaserve.config.discovery import ModelsDirScan, scan_models_dir
 from llamaserve.config.hub import is_hub_ref
 from llamaserve.config.keys import ISOLATION_MODES, LOG_LEVELS
 from llamaserve.config.parse import ConfigError, ServerConfig, load_config, parse_config, read_config_data
+from llamaserve.config.values import suggest
 
 __all__ = ["build_parser", "config_from_args", "describe", "main", "starter_config", "write_starter_config"]
 
@@ -33,6 +35,43 @@ examples:
   llamaserve init-config ~/models && llamaserve check ~/models/llamaserve.yaml
   llamaserve demo              # a tiny TinyStories model shipped with llamaserve, offline
 """
+
+
+# llama-server's flags that mean something else here, or are config keys: what to use instead (its flags
+# that mean the same are aliases of ours: -m, -a, -ngl/--gpu-layers, -t, -np, --embeddings)
+LLAMA_SERVER_FLAGS = {
+    **dict.fromkeys(("-c", "--ctx-size"), "llama-server's context that its --parallel slots share; here --n-ctx N "
+                                          "is each request's context (-c 8192 -np 4 is --n-ctx 2048 --parallel 4)"),
+    **dict.fromkeys(("-fa", "--flash-attn"), "no such flag here: set flash_attn (on, off, auto or prompts) under "
+                                             "defaults: or a model in a --config file"),
+    **dict.fromkeys(("-b", "--batch-size", "-ub", "--ubatch-size"), "set n_batch or n_ubatch in a --config file"),
+    **dict.fromkeys(("-ctk", "--cache-type-k", "-ctv", "--cache-type-v"), "set type_k or type_v in a --config file"),
+    **dict.fromkeys(("-hf", "--hf-repo", "-hff", "--hf-file"), "use --model hf://OWNER/REPO/FILE.gguf"),
+    "--mmproj": "set mmproj (the projector file) on the model in a --config file",
+    "--chat-template": "use --chat-format NAME, or chat_template in a --config file",
+    "--rpc": "set rpc_servers in a --config file",
+}
+
+
+_NUMBER = re.compile(r"-\d+(\.\d*)?([eE][-+]?\d+)?")   # a negative value, such as --n-gpu-layers -1
+
+
+def unknown_flag(parser: argparse.ArgumentParser, argv: list[str]) -> str | None:
+    """The first flag in ``argv`` that no command knows, named with what to use instead. argparse
+    itself sets an unknown flag aside and reads its value as the COMMAND ("invalid choice: '2048'")."""
+    parsers = [parser, *(p for a in parser._actions if isinstance(a.choices, dict) for p in a.choices.values())]
+    known = {flag for p in parsers for a in p._actions for flag in a.option_strings}
+    for word in argv:
+        if word == "--":
+            return None
+        flag = word.split("=", 1)[0]
+        if not flag.startswith("-") or flag in known or _NUMBER.fullmatch(flag):
+            continue
+        hint = LLAMA_SERVER_FLAGS.get(flag)
+        if hint is None and flag.startswith("--"):
+            return f"unknown flag {flag}{suggest(flag, sorted(f for f in known if f.startswith('--')))}"
+        return f"unknown flag {flag}" + (f": {hint}" if hint else "")
+    return None
 
 
 class UsageError(Exception):
@@ -51,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     what = parser.add_argument_group("what to serve (flags override the config file's values)")
     what.add_argument("--config", metavar="FILE", default=os.environ.get("LLAMASERVE_CONFIG"),
                       help="YAML, TOML or JSON config file (default: $LLAMASERVE_CONFIG)")
-    what.add_argument("--model", metavar="FILE",
+    what.add_argument("-m", "--model", metavar="FILE",
                       help="serve this GGUF model, or hf://owner/repo/file-glob.gguf from the Hugging Face "
                            "Hub, fetched on first use (replaces the config file's models list)")
     what.add_argument("--models-dir", metavar="DIR",
@@ -64,19 +103,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     model = parser.add_argument_group(
         "model options (with --model they apply to it; without, to every configured model)")
-    model.add_argument("--alias", metavar="NAME", help="name clients send as \"model\" (default: file stem)")
+    model.add_argument("-a", "--alias", metavar="NAME", help="name clients send as \"model\" (default: file stem)")
     model.add_argument("--lora", metavar="FILE", action="append", default=[],
                        help="apply a LoRA adapter at scale 1.0 (repeatable)")
     model.add_argument("--lora-scaled", metavar=("FILE", "SCALE"), nargs=2, action="append", default=[],
                        help="apply a LoRA adapter at SCALE (repeatable)")
     model.add_argument("--n-ctx", type=int, metavar="N",
                        help="context window of each request in tokens (0 = training context); the KV cache holds --parallel of them")
-    model.add_argument("--n-gpu-layers", type=int, metavar="N", help="layers offloaded to the GPU (-1 = all)")
-    model.add_argument("--threads", type=int, metavar="N", help="CPU threads used for decoding")
+    model.add_argument("-ngl", "--n-gpu-layers", "--gpu-layers", type=int, metavar="N", help="layers offloaded to the GPU (-1 = all)")
+    model.add_argument("-t", "--threads", type=int, metavar="N", help="CPU threads used for decoding")
     model.add_argument("--chat-format", metavar="NAME",
                        help="built-in chat template (chatml, llama-3, mistral-instruct, ...) to use "
                             "instead of the model's own")
-    model.add_argument("--embedding", action="store_true", help="load for /v1/embeddings")
+    model.add_argument("--embedding", "--embeddings", action="store_true", help="load for /v1/embeddings")
     model.add_argument("--isolation", choices=ISOLATION_MODES,
                        help="thread: in the server process (default); process: each loaded model in a "
                             "worker process of its own, so its crash ends only its requests")
@@ -87,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--api-key", metavar="KEY", default=os.environ.get("LLAMASERVE_API_KEY"),
                         help="require \"Authorization: Bearer KEY\" on every route but /health "
                              "(default: $LLAMASERVE_API_KEY)")
-    server.add_argument("--parallel", type=int, metavar="N",
+    server.add_argument("-np", "--parallel", type=int, metavar="N",
                         help="requests decoded together per loaded model (default 4)")
     server.add_argument("--max-loaded-models", type=int, metavar="N",
                         help="models resident at once; the least recently used one is unloaded first")
@@ -303,7 +342,7 @@ STARTER = """\
 host: 127.0.0.1
 port: 8000
 # api_key: ${{LLAMASERVE_API_KEY}}   # require "Authorization: Bearer <key>" (all routes but /health)
-# default_model: {first}   # used when a request names no model; else the first model below
+# default_model: {first}   # used when a request names no model; else the first generation model below
 max_loaded_models: 2       # models resident at once; the least recently used is unloaded first
 # memory_budget: 12GiB     # and/or a cap on the memory of resident models
 idle_unload: 300           # seconds without requests before a model is unloaded (or 5m, never)
@@ -325,7 +364,8 @@ def starter_config(scan: ModelsDirScan, folder: Path, output: Path) -> str:
     def rel(path: Path) -> str:
         return json.dumps(Path(os.path.relpath(path, folder)).as_posix())   # JSON strings are YAML
 
-    text = STARTER.format(output=output, first=scan.models[0][0])
+    first = next((alias for alias, path, _ in scan.models if path not in scan.embedders), scan.models[0][0])
+    text = STARTER.format(output=output, first=first)
     used: set[str] = set()
     for alias, path, arch in scan.models:
         name, n = alias, 1
@@ -374,7 +414,12 @@ def write_starter_config(directory: str | Path, output: str | Path | None = None
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status (2 for configuration and usage errors)."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    problem = unknown_flag(parser, argv)
+    if problem:
+        parser.error(problem)
+    args = parser.parse_args(argv)
     try:
         if args.command == "check":
             print(describe(load_config(args.file)))

@@ -58,7 +58,8 @@ models: [{{alias: a, model: models/model.gguf}}]
 @pytest.mark.parametrize("lines, expected", [
     ("adapter_dir: adapters", ["adapter_dir: unknown key (did you mean 'adapters_dir'?)"]),
     ("adapters_dir: nowhere", ["adapters_dir: not a directory: {work}/nowhere"]),
-    ("adapters_dir: []", ["adapters_dir: expected a folder or a list of folders, got []"]),
+    ("adapters_dir: {}", ["adapters_dir: expected a folder or a list of folders, got {{}}"]),
+    ("adapters_dir: []\npersist_adapters: true", ["persist_adapters: needs adapters_dir"]),   # [] is none
     ("adapters_dir: [models, 5]", ["adapters_dir: expected a non-empty string, got 5"]),
     ("persist_adapters: true", ["persist_adapters: needs adapters_dir"]),
     ("persist_adapters: sometimes", ["persist_adapters: expected true or false, got 'sometimes'"]),

@@ -234,6 +234,30 @@ def test_flag_errors_exit_2(models, monkeypatch, capsys, argv, message):
     assert message in captured.err and captured.out == ""
 
 
+def test_llama_server_spellings_are_aliases(models, monkeypatch):
+    monkeypatch.chdir(models)
+    config = from_flags("-m", "tiny.gguf", "-a", "chat", "-ngl", "0", "-t", "2", "-np", "3", "--embeddings")
+    (entry,) = config.models
+    assert entry.alias == "chat" and config.parallel == 3
+    assert dict(entry.load) == {"n_gpu_layers": 0, "n_threads": 2, "embedding": True}
+    assert from_flags("-m", "tiny.gguf", "--gpu-layers", "-1").models[0].load["n_gpu_layers"] == -1
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["-c", "2048"], "unknown flag -c: llama-server's context that its --parallel slots share; here --n-ctx N"),
+    (["--ctx-size=2048"], "unknown flag --ctx-size: llama-server's context"),
+    (["--n-ctxx", "2048"], "unknown flag --n-ctxx (did you mean '--n-ctx'?)"),
+    (["-fa", "on"], "unknown flag -fa: no such flag here: set flash_attn"),
+    (["--model", "tiny.gguf", "--flash-attn"], "unknown flag --flash-attn: no such flag here: set flash_attn"),
+    (["check", "--bogus", "x.yaml"], "unknown flag --bogus"),
+])
+def test_unknown_flags_are_named(argv, message):
+    """argparse alone answers "argument COMMAND: invalid choice: '2048'", naming no flag."""
+    proc = run_cli(*argv)
+    assert proc.returncode == 2 and f"llamaserve: error: {message}" in proc.stderr, proc.stderr
+    assert "invalid choice" not in proc.stderr
+
+
 def test_argparse_errors_exit_2(capsys):
     with pytest.raises(SystemExit) as info:
         main(["--port", "abc"])
@@ -259,6 +283,57 @@ def test_init_config_and_models_dir_mark_embedding_models(tiny_model_path, minil
     assert flags == {"chat": False, "minilm": True, "pooled": True}
     (tmp_path / "dir.yaml").write_text(f"models_dir: {folder}\n")
     assert {m.alias: bool(m.load.get("embedding")) for m in load_config(tmp_path / "dir.yaml").models} == flags
+
+
+def test_the_default_model_is_a_generation_model(tiny_model_path, tmp_path):
+    """An embedder that sorts first (a-embed) is not the default: a chat request naming no model must
+    reach the chat model, in init-config's file and with models_dir alike."""
+    from gguf import GGUFValueType as VT
+    from gguf_files import Layout, encode_kv
+
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "a-embed.gguf").write_bytes(Layout(tiny_model_path).rebuild(
+        extra=[encode_kv("llama.pooling_type", VT.UINT32, 1)]))
+    place(tiny_model_path, folder / "chat.gguf")
+    proc = run_cli("init-config", folder)
+    assert proc.returncode == 0, proc.stderr
+    assert "# default_model: chat " in (folder / "llamaserve.yaml").read_text()
+    proc = run_cli("check", folder / "llamaserve.yaml")
+    assert proc.returncode == 0 and "default model: chat " in proc.stdout, proc.stderr
+    (tmp_path / "dir.yaml").write_text(f"models_dir: {folder}\n")
+    config = load_config(tmp_path / "dir.yaml")
+    assert [m.alias for m in config.models] == ["a-embed", "chat"] and config.default_entry().alias == "chat"
+    (tmp_path / "only.yaml").write_text(f"models: [{{model: {folder / 'a-embed.gguf'}, embedding: true}}]\n")
+    assert load_config(tmp_path / "only.yaml").default_entry().alias == "a-embed"   # else the first
+
+
+def test_check_refuses_an_adapter_or_draft_made_for_another_model(tiny_model_path, lora_a_path,
+                                                                  lora_wrong_shape_path, tmp_path):
+    """From the headers, before any load: a LoRA of another width and a draft of another vocabulary
+    would fail the model's first request."""
+    from tiny_models import DEFAULT_VOCAB_PATH, TinyModelSpec, write_model
+
+    gpt2 = write_model(tmp_path / "gpt2-vocab.gguf", TinyModelSpec(name="x"),
+                       vocab_path=DEFAULT_VOCAB_PATH.parent / "ggml-vocab-gpt-2.gguf")
+    same = write_model(tmp_path / "draft.gguf", TinyModelSpec(n_embd=32, n_ff=64, seed=5))
+    (tmp_path / "bad.yaml").write_text(f"""models:
+  - {{alias: wide, model: {tiny_model_path}, lora_adapters: {{{lora_wrong_shape_path}: 1.0}}}}
+  - {{alias: drafted, model: {tiny_model_path}, speculative: {{draft_model: {gpt2}}}}}
+""")
+    proc = run_cli("check", tmp_path / "bad.yaml")
+    assert proc.returncode == 2, proc.stdout
+    assert proc.stderr.splitlines() == [
+        f"{tmp_path / 'bad.yaml'}: models[0].lora_adapters: adapter lora-wrong-shape.gguf does not fit "
+        f"{tiny_model_path.name}: its blk.0.attn_q.weight is 128x128, the model's is 64x64 (n_embd 64): it was "
+        "made for another base model",
+        f"{tmp_path / 'bad.yaml'}: models[1].speculative.draft_model: draft model gpt2-vocab.gguf cannot draft for "
+        f"{tiny_model_path.name}: its vocabulary size is 50257, the model's is 32000"]
+    (tmp_path / "good.yaml").write_text(f"""models:
+  - {{alias: a, model: {tiny_model_path}, lora_adapters: {{{lora_a_path}: 1.0}}, speculative: {{draft_model: {same}}}}}
+""")
+    proc = run_cli("check", tmp_path / "good.yaml")
+    assert proc.returncode == 0, proc.stderr
 
 
 @pytest.mark.slow

@@ -9,8 +9,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from helpers import problems, write, yaml_config
+import yaml
+from helpers import REPO_ROOT, problems, write, yaml_config
 
+from llamacore.vision.media import MediaPolicy
 from llamaserve.config.parse import ConfigError, ModelEntry, ServerConfig, load_config, parse_config
 
 # -- formats ---------------------------------------------------------------------------------
@@ -184,6 +186,17 @@ def test_omitted_alias_is_the_file_stem(work):
     assert config.models[0].alias == "model"
 
 
+def test_the_vision_docs_media_defaults_load(work, projector_path):
+    """docs/server/vision.md's media block, "the defaults", loads as written and is the default policy."""
+    page = (REPO_ROOT / "docs" / "server" / "vision.md").read_text()
+    start = page.index("```yaml\n") + 8
+    data = yaml.safe_load(page[start:page.index("```\n", start)])
+    assert data["media"]["allowed_dirs"] == []
+    data["models"][0].update(model="models/model.gguf", clip_model_path=str(projector_path))
+    config = load_config(write(work, "vision.yaml", yaml.safe_dump(data)))
+    assert config.media == MediaPolicy()
+
+
 # -- unreadable files ------------------------------------------------------------------------
 
 
@@ -198,6 +211,18 @@ def test_unreadable_config_files(work, name, text, message):
     path = write(work, f"bad/{name}", text)
     (line,) = problems(path)
     assert line.startswith(f"{path}: ") and message in line
+
+
+@pytest.mark.parametrize("name, text, where", [
+    ("bad.yaml", "host: x\nmodels:\n  - model: [a\n", "line 4, column 1: invalid YAML: expected ',' or ']'"),
+    ("tab.yaml", "host: x\n\tport: 1\n", "line 2, column 1: invalid YAML: found character '\\t'"),
+    ("bad.toml", "host = 'x'\nport = \n", "invalid TOML: Invalid value (at line 2, column 8)"),
+    ("bad.json", '{\n"port": 1,\n}\n', "line 3, column 1: invalid JSON: Expecting property name"),
+])
+def test_syntax_errors_name_the_file_and_line(work, name, text, where):
+    path = write(work, f"bad/{name}", text)
+    (line,) = problems(path)
+    assert line.startswith(f"{path}: {where}") and "<unicode string>" not in line
 
 
 def test_missing_config_file(work):

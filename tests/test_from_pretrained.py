@@ -9,8 +9,11 @@ HF_HUB_OFFLINE and the cache location when it is imported, as it does for users.
 from __future__ import annotations
 
 import json
+import os
+import socket
 import subprocess
 import sys
+import time
 
 import pytest
 from helpers import N_THREADS, REPO_ROOT, describe
@@ -62,6 +65,22 @@ def run(code: str, env: dict[str, str]) -> object:
                           text=True, timeout=300)
     assert proc.returncode == 0, describe(proc)
     return json.loads(next(line[7:] for line in reversed(proc.stdout.splitlines()) if line.startswith("RESULT ")))
+
+
+def test_an_unreachable_hub_fails_in_seconds_with_what_to_do(tmp_path):
+    """huggingface_hub alone retries a refused connection for some 23 s, then names only the URL."""
+    with socket.socket() as probe:          # a loopback port that nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        endpoint = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE_"))},
+           "HF_ENDPOINT": endpoint, "HF_HOME": str(tmp_path), "HF_HUB_OFFLINE": "0"}
+    started = time.monotonic()
+    message = run(f"result = error(lambda: Llama.from_pretrained({REPO_ID!r}, '*q8_0.gguf', **KW))", env)
+    assert time.monotonic() - started < 15       # a generous bound (interpreter start included)
+    assert message.startswith(f"ConnectionError: {REPO_ID}/*q8_0.gguf: cannot reach the Hugging Face Hub at "
+                              f"{endpoint} (")
+    assert message.endswith("download the file and give its local path, or set HF_HUB_OFFLINE=1 to use the copy "
+                            "in the Hugging Face cache")
 
 
 def test_split_shard_names_follow_llama_cpp():

@@ -19,10 +19,14 @@ PROMPT = "Once upon a time"
 # -- constructor parameters --------------------------------------------------------------------
 
 
-def test_unknown_keyword_is_accepted_with_a_warning(tiny_model_path, caplog):
-    with caplog.at_level(logging.WARNING, logger="llamacore.llama"):
-        llm = Llama(tiny_model_path, n_ctx=256, n_threads=N_THREADS, not_an_option=1)
-    assert any("not_an_option" in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records)
+def test_unknown_keyword_is_accepted_with_a_warning(tiny_model_path):
+    """A UserWarning at the caller's line, as users of llama-cpp-python's **kwargs see it printed."""
+    with pytest.warns(UserWarning) as caught:
+        llm = Llama(tiny_model_path, n_ctx=256, n_threads=N_THREADS, n_ctxx=512, not_an_option=1)
+    assert [str(w.message) for w in caught] == [
+        "Llama(): unknown keyword argument 'n_ctxx' ignored (did you mean 'n_ctx'?)",
+        "Llama(): unknown keyword argument 'not_an_option' ignored"]
+    assert {w.filename for w in caught} == {__file__}
     assert llm.n_ctx() == 256
 
 

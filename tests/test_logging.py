@@ -109,6 +109,36 @@ def test_llamaserve_logs_llama_cpp_warnings_with_the_alias(warning_model, tmp_pa
     assert all(re.search(r" WARNING llamacore\.llama_cpp: \[request req_\w+\] \[noisy\] load: ", line) for line in lines), lines
 
 
+@pytest.mark.server
+@pytest.mark.slow
+def test_context_warnings_are_about_each_sequence(tiny_model_path, tmp_path):
+    """No warning for the defaults (llama.cpp's "n_ctx_seq (8192) > n_ctx_train (2048)" took the
+    unified KV pool of 4 sequences for one); ours for an n_ctx past training; the default n_ctx at
+    most the training context, read from the header."""
+    from server import ServerProcess
+    from tiny_models import TinyModelSpec, write_model
+
+    short = write_model(tmp_path / "short.gguf", TinyModelSpec(n_ctx_train=256))
+    config = {"log_level": "info", "models": [
+        {"alias": "chat", "model": str(tiny_model_path)},
+        {"alias": "long", "model": str(tiny_model_path), "n_ctx": 4096, "isolation": "process"},
+        {"alias": "short", "model": str(short)}]}
+    server = ServerProcess(config, tmp_path).start()
+    try:
+        for alias in ("chat", "long", "short"):
+            reply = server.post("/v1/completions", json={"model": alias, "prompt": "Hello", "max_tokens": 2})
+            assert reply.status_code == 200, reply.text
+        assert server.get("/props", params={"model": "short"}).json()["default_generation_settings"]["n_ctx"] == 256
+        assert server.get("/props", params={"model": "chat"}).json()["default_generation_settings"]["n_ctx"] == 2048
+    finally:
+        server.stop()
+    log = server.log_path.read_text()
+    assert "n_ctx_seq (" not in log, log
+    warned = [line for line in log.splitlines() if "n_ctx_train" in line]
+    assert len(warned) == 1 and re.search(r" WARNING llamaserve\.models\.factory: .*model long: n_ctx 4096 is beyond "
+                                          r"the 2048 tokens the model was trained on \(n_ctx_train\)", warned[0]), warned
+
+
 @pytest.mark.slow
 def test_request_ids_are_echoed_or_made_and_tag_the_requests_log_lines(tiny_model_path, tmp_path):
     from server import ServerProcess

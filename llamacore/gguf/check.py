@@ -15,10 +15,11 @@ import os
 import threading
 from collections import OrderedDict
 from os import PathLike
+from typing import Any
 
 from llamacore.gguf.header import INT_TYPES, MAGIC, GGUFMetadata, ValueType, read_metadata
 
-__all__ = ["check_gguf_file", "tensor_types"]
+__all__ = ["adapter_mismatch", "check_gguf_file", "tensor_types", "vocabulary_mismatch"]
 
 _LLAMA_MAX_LAYERS = 512          # llama-hparams.h
 _LLAMA_MAX_EXPERTS = 1024
@@ -188,3 +189,57 @@ def _hparam_problems(meta: dict, arch: str) -> list[str]:
     if rope_type == ValueType.STRING and rope not in _ROPE_SCALING_TYPES:
         problems.append(f"{arch}.rope.scaling.type is {rope!r}; expected one of {', '.join(_ROPE_SCALING_TYPES)}")
     return problems
+
+
+# -- one file against another: what would otherwise fail a model's first request ---------------
+
+
+def adapter_mismatch(adapter: str | PathLike[str], model: str | PathLike[str]) -> str | None:
+    """Why the LoRA `adapter` does not fit `model`, from both headers (nothing loaded), or None.
+
+    As llama.cpp checks on load: the weight each lora_a/lora_b pair adapts has the shape (ne[0] of
+    lora_a, ne[1] of lora_b), the model's width n_embd on one side for most weights. Weights this
+    file lacks are not judged (a split model's first file holds only some), nor files whose header
+    does not parse (llama.cpp reports those).
+    """
+    lora, base = read_metadata(adapter), read_metadata(model)
+    if lora is None or base is None:
+        return None
+    for name, ne_a in lora.tensors.items():
+        weight = name.removesuffix(".lora_a")
+        ne_b = lora.tensors.get(f"{weight}.lora_b")
+        if weight == name or ne_b is None:
+            continue
+        ne = base.tensors.get(weight)
+        if ne is None:
+            continue
+        shape = (ne_b[1], ne_a[1]) if weight.endswith("token_embd.weight") else (ne_a[0], ne_b[1])
+        if shape != ne[:2]:
+            arch = base.values.get("general.architecture", (None, None))[1]
+            width = base.values.get(f"{arch}.embedding_length", (None, None))[1]
+            return (f"its {weight} is {shape[0]}x{shape[1]}, the model's is {ne[0]}x{ne[1]}"
+                    + (f" (n_embd {width}): it was made for another base model" if width else ""))
+    return None
+
+
+def vocabulary_mismatch(draft: str | PathLike[str], target: str | PathLike[str]) -> str | None:
+    """Why `draft` cannot draft for `target`, from both headers, or None: the target verifies the
+    draft's token ids, so the vocabulary size and BOS/EOS ids must agree (once loaded,
+    llamacore.generation.draft_vocab compares token texts too). Ids a header leaves out are not compared."""
+    mine, theirs = read_metadata(draft), read_metadata(target)
+    if mine is None or theirs is None:
+        return None
+    for what, key in (("vocabulary size", "tokenizer.ggml.tokens"), ("BOS token", "tokenizer.ggml.bos_token_id"),
+                      ("EOS token", "tokenizer.ggml.eos_token_id")):
+        a, b = _number(mine.values.get(key)), _number(theirs.values.get(key))
+        if a is not None and b is not None and a != b:
+            return f"its {what} is {a}, the model's is {b}"
+    return None
+
+
+def _number(entry: tuple[int, Any] | None) -> int | None:
+    """An integer value, or an array's length."""
+    if entry is None:
+        return None
+    vtype, value = entry
+    return value[1] if vtype == ValueType.ARRAY else value if vtype in INT_TYPES else None

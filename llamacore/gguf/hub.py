@@ -15,10 +15,15 @@ import inspect
 import json
 import os
 import re
+import socket
+import urllib.request
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 __all__ = ["download", "split_shards"]
+
+_CONNECT_TIMEOUT = 5.0      # seconds for the Hub to take a connection (it takes one in well under 1 s)
 
 # llama.cpp's names for the files of a split model (llama_split_path): PREFIX-00001-of-00003.gguf
 _SHARD = re.compile(r"(?P<prefix>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf")
@@ -46,6 +51,8 @@ def download(repo_id: str, filename: str | None, additional_files: list | None =
                          "(local_dir always holds real files); leave it 'auto'")
     patterns = [filename, *(additional_files or [])]
     offline = bool(constants.HF_HUB_OFFLINE)
+    if not offline:
+        _check_reachable(constants.ENDPOINT, f"{repo_id}/{filename}")
     files = _cached_files(repo_id, patterns, local_dir, cache_dir) if offline else HfApi().list_repo_files(repo_id)
     if top_level_only:
         files = [f for f in files if "/" not in f]
@@ -53,6 +60,23 @@ def download(repo_id: str, filename: str | None, additional_files: list | None =
     paths = {name: hf_hub_download(repo_id=repo_id, filename=name, **options)
              for name in dict.fromkeys(name for names in chosen for name in names)}
     return paths[chosen[0][0]]
+
+
+def _check_reachable(endpoint: str, what: str) -> None:
+    """Fail in seconds, naming `what`, where the Hub (or the proxy to it) takes no connection:
+    huggingface_hub retries for some 20 s and then names only the URL it asked for."""
+    url = urlsplit(endpoint)
+    host = url.hostname or ""
+    proxy = None if urllib.request.proxy_bypass(host) else urllib.request.getproxies().get(url.scheme)
+    target = urlsplit(proxy if "://" in proxy else f"http://{proxy}") if proxy else url
+    try:
+        socket.create_connection((target.hostname or host, target.port or (443 if target.scheme == "https" else 80)),
+                                 timeout=_CONNECT_TIMEOUT).close()
+    except OSError as exc:
+        through = f" through the proxy {proxy}" if proxy else ""
+        raise ConnectionError(f"{what}: cannot reach the Hugging Face Hub at {endpoint}{through} ({exc}); download "
+                              "the file and give its local path, or set HF_HUB_OFFLINE=1 to use the copy in the "
+                              "Hugging Face cache") from None
 
 
 def split_shards(name: str) -> list[str] | None:

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from llamacore.gguf.check import adapter_mismatch
 from llamaserve.config.checks import Problems, config_path, path_is, read_gguf
 from llamaserve.config.keys import ADAPTER_ITEM_KEYS, scale
 from llamaserve.config.settings import ModelEntry
@@ -73,8 +74,9 @@ def lora_adapters(value: Any, base_dir: Path, key: str, problems: Problems) -> t
     return tuple(adapters)
 
 
-def check_adapter_file(path: Path, arch: str | None, key: str, problems: Problems) -> None:
-    """That ``path`` is a readable LoRA adapter GGUF for the model's architecture (``arch``, if known)."""
+def check_adapter_file(path: Path, model: Path | None, arch: str | None, key: str, problems: Problems) -> None:
+    """That ``path`` is a readable LoRA adapter GGUF for the model (its architecture ``arch`` and its
+    weights' shapes, where ``model`` is a local file): else the model's first request would fail."""
     adapter = read_gguf(path, key, problems)
     if adapter is None:
         return
@@ -83,6 +85,8 @@ def check_adapter_file(path: Path, arch: str | None, key: str, problems: Problem
         problems.add(key, f"{path.name} is not a LoRA adapter (general.type is {kind}, not 'adapter'): {path}")
     elif arch and adapter.architecture != arch:
         problems.add(key, f"adapter {path.name} is for architecture {adapter.architecture!r}, model is {arch!r}")
+    elif arch and model is not None and (reason := adapter_mismatch(path, model)) is not None:
+        problems.add(key, f"adapter {path.name} does not fit {model.name}: {reason}")
 
 
 def adapter_list(value: Any, base_dir: Path, key: str, problems: Problems) -> tuple[tuple[Path, str | None], ...]:

@@ -88,10 +88,11 @@ def _cors(v: Any) -> tuple[str, ...]:
 
 
 def _folders(v: Any) -> list[str]:
-    """One folder or a list of them (resolved against the config's folder in config.py)."""
+    """One folder or a list of them (resolved against the config's folder in config.py); the empty
+    list is none, the default, so a config may spell the default out."""
     if isinstance(v, str):
         v = [v]
-    if not isinstance(v, list) or not v:
+    if not isinstance(v, list):
         raise Invalid(f"expected a folder or a list of folders, got {v!r}")
     return list_of(string, "folders")(v)
 

@@ -14,9 +14,10 @@ import re
 import tomllib
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llamacore.chat.templates import TEMPLATES
+from llamacore.gguf.check import vocabulary_mismatch
 from llamacore.vision.media import MediaPolicy
 from llamaserve.config.adapters import (
     adapter_list,
@@ -37,6 +38,9 @@ __all__ = [
     "ConfigError", "ModelEntry", "ServerConfig", "load_config", "parse_config",
     "parse_duration", "parse_size", "read_config_data",
 ]
+
+if TYPE_CHECKING:
+    import yaml
 
 log = logging.getLogger(__name__)
 
@@ -74,11 +78,17 @@ def read_config_data(path: str | os.PathLike[str]) -> dict:
                 import yaml  # only YAML configs need PyYAML
                 try:
                     data = yaml.safe_load(text)
+                except yaml.MarkedYAMLError as e:
+                    raise ValueError(_yaml_problem(e)) from None
                 except yaml.YAMLError as e:
                     raise ValueError(f"invalid YAML: {e}") from None
     except FileNotFoundError:
         raise ConfigError([f"{path}: file not found"]) from None
-    except (OSError, ValueError) as e:   # JSONDecodeError and TOMLDecodeError are ValueErrors
+    except json.JSONDecodeError as e:
+        raise ConfigError([f"{path}: line {e.lineno}, column {e.colno}: invalid JSON: {e.msg}"]) from None
+    except tomllib.TOMLDecodeError as e:  # its message ends with "(at line L, column C)"
+        raise ConfigError([f"{path}: invalid TOML: {e}".translate(LINE_BREAKS)]) from None
+    except (OSError, ValueError) as e:
         raise ConfigError([f"{path}: {e}".translate(LINE_BREAKS)]) from None
     except RecursionError:              # thousands of nested [ or {: every parser recurses
         raise ConfigError([f"{path}: nested more than {_MAX_DEPTH} levels deep"]) from None
@@ -87,6 +97,16 @@ def read_config_data(path: str | os.PathLike[str]) -> dict:
     if not isinstance(data, dict):
         raise ConfigError([f"{path}: expected a mapping at the top level, got {type(data).__name__}"])
     return data
+
+
+def _yaml_problem(error: yaml.MarkedYAMLError) -> str:
+    """PyYAML's own text names the input "<unicode string>" and quotes it over several lines; the
+    caller names the file, so this gives the line and column of the problem, on one line."""
+    def at(mark: yaml.Mark | None, prefix: str = "", suffix: str = "") -> str:
+        return f"{prefix}line {mark.line + 1}, column {mark.column + 1}{suffix}" if mark else ""
+
+    context = f" ({error.context}{at(error.context_mark, ' at ')})" if error.context else ""
+    return f"{at(error.problem_mark, suffix=': ')}invalid YAML: {error.problem or 'unreadable'}{context}"
 
 
 def load_config(path: str | os.PathLike[str]) -> ServerConfig:
@@ -249,9 +269,10 @@ def _entry(label: str, raw: dict, base_dir: Path, problems: Problems) -> tuple[s
     projector = _projector(label, raw, base_dir, problems)
     adapters = lora_adapters(raw.get("lora_adapters", {}), base_dir, f"{label}.lora_adapters", problems)
     declared = adapter_list(raw.get("adapters", []), base_dir, f"{label}.adapters", problems)
+    local = model if isinstance(model, Path) and arch else None    # a readable local file: its header is known
     for key, listed in (("lora_adapters", adapters), ("adapters", declared)):
         for path, _ in listed:
-            check_adapter_file(path, arch, f"{label}.{key}", problems)
+            check_adapter_file(path, local, arch, f"{label}.{key}", problems)
     if model is None:
         return None
     alias = raw.get("alias") or raw.get("model_alias") or (
@@ -266,7 +287,7 @@ def _entry(label: str, raw: dict, base_dir: Path, problems: Problems) -> tuple[s
         reasoning=raw.get("reasoning") or "auto", reasoning_format=raw.get("reasoning_format") or "auto",
         idle_unload=raw.get("idle_unload"), parallel=raw.get("parallel"), max_queue=raw.get("max_queue"),
         kv_unified=raw.get("kv_unified"), share_prefixes=raw.get("share_prefixes"), cache_ram=raw.get("cache_ram"),
-        speculative=_speculative(label, raw.get("speculative"), base_dir, problems),
+        speculative=_speculative(label, raw.get("speculative"), local, base_dir, problems),
         json_whitespace=raw.get("json_whitespace"), isolation=raw.get("isolation") or ("process" if raw.get("rpc_servers") else None),
         step_timeout=raw.get("step_timeout"), max_rss=raw.get("max_rss"),
         sampling=MappingProxyType(dict(raw.get("sampling") or {})), clip_model_path=projector,
@@ -274,12 +295,17 @@ def _entry(label: str, raw: dict, base_dir: Path, problems: Problems) -> tuple[s
     return label, entry
 
 
-def _speculative(label: str, settings: dict | None, base_dir: Path, problems: Problems) -> dict | None:
-    """The checked speculative settings, a draft model's path resolved and checked as a model file."""
+def _speculative(label: str, settings: dict | None, model: Path | None, base_dir: Path,
+                 problems: Problems) -> dict | None:
+    """The checked speculative settings, a draft model's path resolved and checked as a model file
+    with the vocabulary of ``model`` (the local model file, if readable): else the first request would fail."""
     if not settings or settings["draft_model"] == "ngram":
         return settings
     path = config_path(settings["draft_model"], base_dir)
-    _model_architecture(path, f"{label}.speculative.draft_model", problems)
+    key = f"{label}.speculative.draft_model"
+    if (_model_architecture(path, key, problems) is not None and model is not None
+            and (reason := vocabulary_mismatch(path, model)) is not None):
+        problems.add(key, f"draft model {path.name} cannot draft for {model.name}: {reason}")
     return {**settings, "draft_model": str(path)}
 
 

@@ -112,9 +112,11 @@ class ServerConfig:
         return self.default_entry() if policy == "default" else None
 
     def default_entry(self) -> ModelEntry | None:
+        """`default_model`, else the first generation model: a request that names no model is far more
+        often a chat than an embedding, and a folder's embedder may well sort first."""
         if self.default_model is not None:
             return self.find(self.default_model)
-        return self.models[0] if self.models else None
+        return next((m for m in self.models if not m.load.get("embedding")), self.models[0] if self.models else None)
 
 
 def _hashable(value: Any) -> Any:
