@@ -19,9 +19,9 @@ pytestmark = [pytest.mark.server, pytest.mark.slow]
 LONG = {"prompt": "Once upon a time", "temperature": 0, "ignore_eos": True}
 
 
-def start(tmp_path, model_path, grace):
+def start(tmp_path, model_path, grace, n_ctx=4096):
     config = {"shutdown_grace": grace, "parallel": 4,
-              "models": [{"alias": "m", "model": str(model_path), "n_ctx": 4096, "n_threads": N_THREADS}]}
+              "models": [{"alias": "m", "model": str(model_path), "n_ctx": n_ctx, "n_threads": N_THREADS}]}
     return ServerProcess(config, tmp_path).start()
 
 
@@ -41,10 +41,12 @@ def assert_unloaded_cleanly(proc: ServerProcess):
 
 
 def test_stream_within_grace_finishes_and_new_connections_are_refused(tmp_path, tiny_model_path):
-    proc = start(tmp_path, tiny_model_path, grace=60)
+    # long enough to outlast the checks below on an idle machine (the tiny model writes 2500 tokens
+    # in about 0.3 s, 12000 in about 4 s)
+    proc = start(tmp_path, tiny_model_path, grace=60, n_ctx=16384)
     try:
         client = openai.OpenAI(base_url=proc.base_url + "/v1", api_key="unused", max_retries=0)
-        stream = client.completions.create(model="m", prompt=LONG["prompt"], max_tokens=2500, temperature=0,
+        stream = client.completions.create(model="m", prompt=LONG["prompt"], max_tokens=12000, temperature=0,
                                            stream=True, stream_options={"include_usage": True},
                                            extra_body={"ignore_eos": True})
         chunks = iter(stream)
@@ -61,7 +63,7 @@ def test_stream_within_grace_finishes_and_new_connections_are_refused(tmp_path, 
         proc.stop()
     finishes = [c.choices[0].finish_reason for c in rest if c.choices]
     assert finishes[-1] == "length" and set(finishes[:-1]) <= {None}
-    assert rest[-1].usage.completion_tokens == 2500
+    assert rest[-1].usage.completion_tokens == 12000
     assert_unloaded_cleanly(proc)
 
 
