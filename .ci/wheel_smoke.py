@@ -13,14 +13,14 @@ import time
 import urllib.request
 from pathlib import Path
 
-model = sys.argv[1]
-
 import llamacore
+
+model = sys.argv[1]
 
 where = Path(llamacore.__file__).resolve()
 assert "site-packages" in where.parts, f"llamacore imported from {where}, not from the installed wheel"
 
-from llamacore import Llama
+from llamacore import Llama  # noqa: E402  (loads the native library: only once the wheel's location is checked)
 
 llm = Llama(model, n_ctx=128, n_threads=2)
 out = llm("Hello", max_tokens=4, temperature=0)

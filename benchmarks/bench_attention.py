@@ -111,7 +111,8 @@ def served(label: str, depth: int, threads: int, reps: int, workdir: Path) -> di
     prompt = [rng.randrange(Model(str(path), vocab_only=True).n_vocab) for _ in range(depth)]
     n_ctx = depth + 128
     sides = {"llamaserve prompts": servers.llamaserve(path, workdir, threads=threads, parallel=1, n_ctx=n_ctx,
-                                                       name="llamaserve-fa-prompts", defaults={"flash_attn": "prompts"}),
+                                                       name="llamaserve-fa-prompts",
+                                                       defaults={"flash_attn": "prompts"}),
              "llama-server -fa on": servers.llama_server(path, workdir, threads=threads, parallel=1, n_ctx=n_ctx,
                                                          name="llama-server-fa-on", extra_args=["-fa", "on"]),
              "llama-server -fa off": servers.llama_server(path, workdir, threads=threads, parallel=1, n_ctx=n_ctx,

@@ -165,8 +165,8 @@ async def amain(args) -> dict:
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="bench_mixed_lora."))
     report: dict = {"model": str(path), "workdir": str(workdir),
                     "settings": {"threads": args.threads, "ranks": args.ranks, "adapters": args.adapters,
-                                 "clients": args.clients, "reps": args.reps, "n_ctx_per_seq": N_CTX, "fresh_prompts": True,
-                                 "cpus": os.cpu_count()}}
+                                 "clients": args.clients, "reps": args.reps, "n_ctx_per_seq": N_CTX,
+                                 "fresh_prompts": True, "cpus": os.cpu_count()}}
     report["uniform"] = uniform_path(path, args)
     report["by_rank"] = {}
     for rank in args.ranks:

@@ -51,7 +51,8 @@ async def one(client, server: servers.Server, prompt: str) -> dict:
 
 async def round_(client, server: servers.Server, round_id: int, args) -> dict:
     system = system_prompt(round_id, args.prefix)
-    prompts = [f"{system}\nQuestion {i}: what did the {WORDS[i % len(WORDS)]} do?\nAnswer:" for i in range(args.clients)]
+    prompts = [f"{system}\nQuestion {i}: what did the {WORDS[i % len(WORDS)]} do?\nAnswer:"
+               for i in range(args.clients)]
     results = await asyncio.gather(*(one(client, server, p) for p in prompts))
     ttfts = [r["ttft"] for r in results if r["ttft"] is not None]
     return {"server": server.name, "round": round_id, "ttft_p50": percentile(ttfts, 50),

@@ -6,12 +6,12 @@ plain, with ``speculative: {draft_model: ngram, n_draft: 8, ngram_size: 3}`` and
 ``--spec-type ngram-simple --spec-ngram-simple-size-n 3 --spec-ngram-simple-size-m 8`` (its prompt
 lookup: the last 3 tokens looked up in the history, up to 8 drafted) and with ``-md DRAFT --spec-type
 draft-simple --spec-draft-n-max 8 --spec-draft-n-min 0 --spec-draft-p-min 0.0`` (this llama.cpp removed
-``--draft-max``/``--draft-min``, and ``-md`` without ``--spec-type`` loads the draft but never drafts). One client sends non-streamed
-``/completion`` requests (both servers' native route): the prompt as token ids, ``n_predict``
---n-gen, temperature 0, ``ignore_eos`` (every answer has the same length). Generation tokens/s per
-request = (predicted_n - 1) / predicted_ms of the server's own llama.cpp-style ``timings`` (the first
-token comes from the prompt's batch, so both servers are counted the same way). Each rep sends every
-workload to every side, the side order rotating; tokens/s are medians over reps, and each ratio
+``--draft-max``/``--draft-min``, and ``-md`` without ``--spec-type`` loads the draft but never drafts).
+One client sends non-streamed ``/completion`` requests (both servers' native route): the prompt as token
+ids, ``n_predict`` --n-gen, temperature 0, ``ignore_eos`` (every answer has the same length). Generation
+tokens/s per request = (predicted_n - 1) / predicted_ms of the server's own llama.cpp-style ``timings``
+(the first token comes from the prompt's batch, so both servers are counted the same way). Each rep sends
+every workload to every side, the side order rotating; tokens/s are medians over reps, and each ratio
 (a mode over plain, ours over llama-server) is the median over reps of the two sides' ratio in that
 rep, which cancels this machine's slow drifts (speculative_summary.paired). A request during which other
 processes took more than --noise of the CPUs is rerun (--retries). Greedy answers must not depend on

@@ -42,7 +42,7 @@ from llamacore.vision.prompt import decode_image
 N_CTX, N_BATCH, N_UBATCH = 2048, 2048, 512
 PROMPT = "Describe the picture."
 # llama-mtmd-cli puts the image before the -p text of its single user turn; the small model's
-# template is ChatML (tests/tiny_models.CHATML_TEMPLATE).
+# template is ChatML (tests/support/tiny_models.CHATML_TEMPLATE).
 BEFORE, AFTER = "<|im_start|>user\n", f"{PROMPT}<|im_end|>\n<|im_start|>assistant\n"
 TARGET = 0.97
 

@@ -3,8 +3,9 @@
 Generating one token reads every weight once (all but the token-embedding matrix, of which only
 one row is read), so on a CPU tokens/s cannot exceed memory bandwidth / weight bytes. The
 bandwidth is measured here with NumPy: ``threads`` threads each sum (read) their slice of an
-array far larger than the caches (and once with one thread), best of several passes; ufunc reductions release the GIL, so
-the threads run in parallel. A copy (read + write) is measured too, as STREAM's Copy counts it.
+array far larger than the caches (and once with one thread), best of several passes; ufunc
+reductions release the GIL, so the threads run in parallel. A copy (read + write) is measured too,
+as STREAM's Copy counts it.
 
 Usage: python benchmarks/machine.py [--threads N] [--mib 512] [MODEL.gguf ...]
 """

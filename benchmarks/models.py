@@ -1,6 +1,6 @@
 """Random-weight llama models for benchmarks, cached in ``benchmarks/.cache/models/``.
 
-Weight values do not change speed, so tests/tiny_models.py writes f16 files of realistic
+Weight values do not change speed, so tests/support/tiny_models.py writes f16 files of realistic
 shapes; q8_0 and q4_0 variants are made from them with llama.cpp's ``llama-quantize``.
 """
 
@@ -15,8 +15,8 @@ from peer_tools import ROOT, ensure_tool
 
 if str(ROOT) not in sys.path:  # llamacore is built in place in the checkout, not installed
     sys.path.insert(0, str(ROOT))
-if str(ROOT / "tests") not in sys.path:  # the tiny-model writer is test tooling, not part of llamacore
-    sys.path.append(str(ROOT / "tests"))
+if str(ROOT / "tests" / "support") not in sys.path:  # the tiny-model writer is test tooling, not llamacore
+    sys.path.append(str(ROOT / "tests" / "support"))
 from tiny_models import TinyModelSpec, write_lora, write_model
 from tiny_vision import image_bytes, pattern_image, write_projector
 

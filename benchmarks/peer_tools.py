@@ -1,8 +1,9 @@
 """Build llama.cpp's own tools (llama-bench, llama-server, llama-quantize, llama-mtmd-cli) as benchmark peers.
 
 The tools come from the vendored tree and are cached in ``build/peer-tools/``; a tool is built
-when its binary is missing or was built from another tree (the pin or vendor/patches changed). ggml is compiled with the same flags as the libraries behind
-llamacore (Release, static, PIC, native CPU, default OpenMP), so both sides run the same kernels.
+when its binary is missing or was built from another tree (the pin or vendor/patches changed). ggml
+is compiled with the same flags as the libraries behind llamacore (Release, static, PIC, native CPU,
+default OpenMP), so both sides run the same kernels.
 """
 
 from __future__ import annotations

@@ -81,13 +81,15 @@ def attention_rows(att: dict) -> list[Row]:
     if served := att.get("served"):
         med, name = served["medians"], Path(served["model"]).stem
         rows += [(f"served, 1 client, 64 tokens after {served['depth']}, {name}: flash_attn prompts (tok/s)",
-                  med["llamaserve prompts"], peer, med[peer], "") for peer in ("llama-server -fa on", "llama-server -fa off")]
+                  med["llamaserve prompts"], peer, med[peer], "")
+                 for peer in ("llama-server -fa on", "llama-server -fa off")]
     for label, rep in att["models"].items():
         med, d = rep["medians"], f"d{rep['depth']}"
         rows += [(f"{test}{n} @ {d} {label}: flash_attn prompts (tok/s)", med["prompts"][test], f"llama-bench -fa {fa}",
                   med[f"fa{fa}"][test], "") for test, n in (("tg", 32), ("pp", 512)) for fa in (1, 0)]
         rows += [(f"{test}{n} @ {d} {label}: flash_attn {mode} (tok/s)", med[mode][test], f"llama-bench -fa {fa}",
-                  med[f"fa{fa}"][test], "") for test, n in (("tg", 32), ("pp", 512)) for mode, fa in (("on", 1), ("off", 0))]
+                  med[f"fa{fa}"][test], "")
+                 for test, n in (("tg", 32), ("pp", 512)) for mode, fa in (("on", 1), ("off", 0))]
     return rows
 
 
@@ -153,7 +155,8 @@ def mixed_lora_rows(mixed: dict) -> list[Row]:
 def prefix_rows(pre: dict) -> list[Row]:
     s, st = pre["summary"], pre["settings"]
     what = f"{st['clients']} clients, {st['prefix_words']}-word shared prompt: TTFT p50"
-    return [(what, s["llamaserve"]["ttft_p50"], "same server, share_prefixes: false", s["llamaserve-no-sharing"]["ttft_p50"], "ms"),
+    return [(what, s["llamaserve"]["ttft_p50"], "same server, share_prefixes: false",
+             s["llamaserve-no-sharing"]["ttft_p50"], "ms"),
             (what, s["llamaserve"]["ttft_p50"], "llama-server", s["llama-server"]["ttft_p50"], "ms")]
 
 
@@ -164,7 +167,8 @@ def isolation_rows(iso: dict) -> list[Row]:
         ours, peer = s.get(case, {}).get("llamaserve-process"), s.get(case, {}).get("llamaserve-thread")
         if ours and peer:
             rows.append((f"{case[1:]} clients: tokens/s", ours["tok_s"], "isolation: thread", peer["tok_s"], ""))
-            rows.append((f"{case[1:]} clients: TTFT p50", ours["ttft_p50"], "isolation: thread", peer["ttft_p50"], "ms"))
+            rows.append((f"{case[1:]} clients: TTFT p50", ours["ttft_p50"], "isolation: thread",
+                         peer["ttft_p50"], "ms"))
     rows.append(("cold load (admin load after unload)", cold["process"], "isolation: thread", cold["thread"], "ms"))
     rows.append(("RSS, server and workers, loaded", mem["process"]["loaded"], "isolation: thread",
                  mem["thread"]["loaded"], "MiB"))
@@ -261,9 +265,11 @@ def headline(results: dict) -> list[Row]:
     if vis := case_result(results, "vision"):
         rows += vision_rows(vis)[:1]
     if spec := case_result(results, "speculative"):
-        rows += [r for r in speculative_rows(spec) if r[0] in ("rewrite prompt, copy model: prompt lookup (tok/s)",
-                                                               "rewrite prompt, deep sibling pair: draft model (tok/s)")]
-    rows += [r for r in load_rows(results) if r[0] in ("cold load + first token", "model switch: TTFT, model not loaded")]
+        rows += [r for r in speculative_rows(spec)
+                 if r[0] in ("rewrite prompt, copy model: prompt lookup (tok/s)",
+                             "rewrite prompt, deep sibling pair: draft model (tok/s)")]
+    rows += [r for r in load_rows(results)
+             if r[0] in ("cold load + first token", "model switch: TTFT, model not loaded")]
     if rss := case_result(results, "rss_idle"):
         rows += rss_rows(rss)[2:4]
     return rows
@@ -322,7 +328,8 @@ def write(results: dict, json_path: Path) -> Path:
             if case == "speculative":
                 lines += speculative_targets(res)
             if case.startswith("mixed_lora"):
-                fresh = "new prompts every round" if res["settings"].get("fresh_prompts") else "one prompt set, repeated"
+                fresh = ("new prompts every round" if res["settings"].get("fresh_prompts")
+                         else "one prompt set, repeated")
                 lines += [f"Base: `{Path(res['model']).name}`; {fresh}.", ""]
             if case == "vision":
                 lines += [f"Peer / ours (encode + decode, {res['which']}): **{res['ratio_peer_over_ours']:.3f}** "

@@ -9,7 +9,8 @@ SPEC_PEERS = {"plain": "llama-server", "ngram": "llama-server ngram-simple", "dr
 SPEC_WORKLOADS = {"random/rewrite": "rewrite prompt", "random/story": "non-repetitive prompt",
                   "copy/rewrite": "rewrite prompt, copy model", "sibling/rewrite": "rewrite prompt, sibling pair",
                   "sibling/story": "non-repetitive prompt, sibling pair",
-                  "deep/rewrite": "rewrite prompt, deep sibling pair", "deep/story": "non-repetitive prompt, deep sibling pair"}
+                  "deep/rewrite": "rewrite prompt, deep sibling pair",
+                  "deep/story": "non-repetitive prompt, deep sibling pair"}
 
 
 def llama_speculative_rows(spec: dict) -> list[Row]:

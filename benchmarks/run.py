@@ -87,7 +87,8 @@ def _core(m: dict, threads: int, workdir: Path) -> dict:
         size, dtype = label.split("-")
         out[label] = bench_core.main(["--model", size, "--dtype", dtype, "--threads", str(threads),
                                       "--reps", str(m["core_reps"]), "--runs", str(m["core_runs"]),
-                                      "--idle-wait", str(m["idle_wait"]), *(["--control"] if m.get("core_control") else [])])
+                                      "--idle-wait", str(m["idle_wait"]),
+                                      *(["--control"] if m.get("core_control") else [])])
     return out
 
 
@@ -209,7 +210,8 @@ def prepare(m: dict, cases: list[str]) -> None:
     labels = set(m["core_models"]) if "core" in cases else set()
     labels |= {s if "-" in s else f"{s}-f16" for s in m["llm_models"].split(",")} if "llm" in cases else set()
     labels |= set(m["attention_models"].split(",")) if "attention" in cases else set()
-    labels |= {f"{m['load_model']}-f16", f"{m['load_model']}-q8_0"} if {"model_switch", "cold_load", "rss_idle"} & set(cases) else set()
+    labels |= ({f"{m['load_model']}-f16", f"{m['load_model']}-q8_0"}
+               if {"model_switch", "cold_load", "rss_idle"} & set(cases) else set())
     labels |= {f"{m['switch_model']}-f16"} if "lora_switch" in cases else set()
     labels |= {f"{m['server_model']}-f16"} if {"server", "isolation", "rpc", "mixed_lora"} & set(cases) else set()
     labels |= {f"{m['mixed_q4_model']}-q4_0"} if "mixed_lora_q4" in cases else set()

@@ -1,4 +1,4 @@
-"""Soak: the load-and-faults scenario of tests/test_load.py, run for minutes instead of 300 requests.
+"""Soak: the load-and-faults scenario of tests/llamaserve/models/test_load.py, run for minutes instead of 300 requests.
 
 Starts a real llamaserve process on 127.0.0.1 (two generated base models, three LoRA aliases,
 max_loaded_models: 1, so bases are evicted and reloaded all the time) and sends rounds of 100
@@ -31,10 +31,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "tests")]
+sys.path[:0] = [str(REPO), str(REPO / "tests" / "support")]
 
-import load_scenario as scenario
-from server import ServerProcess
+import load_scenario as scenario  # noqa: E402  (from tests/support/, on sys.path only once the line above ran)
+from server import ServerProcess  # noqa: E402  (likewise)
 
 ROUND = 100
 
@@ -145,8 +145,8 @@ def main(argv: list[str] | None = None) -> int:
             round_rss.append(scenario.rss_kib(proc.proc.pid))
             r += 1
             served = sum(k in ("completed", "disconnected") for _, k in done)
-            print(f"  {time.monotonic() - t0:7.1f}s  {len(outcomes)} requests, {served / (time.monotonic() - t0):.1f}/s,"
-                  f" RSS {round_rss[-1] / 1024:.1f} MiB", flush=True)
+            print(f"  {time.monotonic() - t0:7.1f}s  {len(outcomes)} requests,"
+                  f" {served / (time.monotonic() - t0):.1f}/s, RSS {round_rss[-1] / 1024:.1f} MiB", flush=True)
         elapsed = time.monotonic() - t0
         after = scenario.wait_idle(url)
         sampler.stop_event.set()

@@ -52,7 +52,8 @@ def ratios(summary: dict) -> dict[str, float | None]:
                     out[f"{key}: {server} {mode}/plain"] = paired(by.get(f"{server}-{mode}"), by.get(f"{server}-plain"))
         for mode in MODES:
             if f"llamaserve-{mode}" in by:
-                out[f"{key}: {mode} ours/llama-server"] = paired(by[f"llamaserve-{mode}"], by.get(f"llama-server-{mode}"))
+                out[f"{key}: {mode} ours/llama-server"] = paired(by[f"llamaserve-{mode}"],
+                                                                 by.get(f"llama-server-{mode}"))
     return out
 
 

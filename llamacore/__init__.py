@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
 from llamacore._version import __version__
+from llamacore.llama_cpp import __all__ as _CONSTANTS
+from llamacore.llama_types import __all__ as _TYPES
 
 # A library logs, the application decides where it goes: without this, llama.cpp's warnings would
 # reach Python's last-resort handler (stderr) in programs that never configure logging.
@@ -32,17 +34,14 @@ _EXPORTS = {
 }
 
 # llama-cpp-python's llama_types names, at the top level as its `from .llama_types import *` puts them
-from llamacore.llama_types import __all__ as _TYPES
-
 _EXPORTS.update({name: "llama_types" for name in _TYPES if name not in _EXPORTS})
 
 # llama.cpp's integer constants that Llama(...) takes (LLAMA_SPLIT_MODE_LAYER, GGML_TYPE_Q8_0, ...), as
-# llama-cpp-python exposes them; a pure-Python module, so this loads nothing native.
-from llamacore.llama_cpp import __all__ as _CONSTANTS
-
+# llama-cpp-python exposes them; a pure-Python module, so importing it loads nothing native.
 _EXPORTS.update(dict.fromkeys(_CONSTANTS, "llama_cpp"))
 
-__all__ = list(_EXPORTS)        # the one list of exports (tests/test_exports.py holds TYPE_CHECKING to it)
+# the one list of exports (tests/llamacore/core/test_exports.py holds TYPE_CHECKING to it)
+__all__ = list(_EXPORTS)
 
 if _TYPE_CHECKING:
     from llamacore._core import (

@@ -6,7 +6,7 @@ reused for the longest common token prefix, but only when the LoRA adapters and 
 computed with are the ones active now.
 
 The constructor and the public methods take llama-cpp-python 0.3.36's parameters, by the same
-names, order and defaults (tests/test_llama_signature.py lists and justifies every difference);
+names, order and defaults (tests/llamacore/llama/test_llama_signature.py lists and justifies every difference);
 a parameter is honoured or refused with ValueError, never silently dropped.
 """
 
@@ -42,7 +42,7 @@ from llamacore.llama_tokenizer import LlamaTokenizer
 from llamacore.vision.media import MediaPolicy
 from llamacore.vision.prompt import load_projector
 
-_log = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 
 class Llama(TokenLevel, Generation, CacheAndState, Completions, ChatMethods, Embeddings):
@@ -231,7 +231,8 @@ class Llama(TokenLevel, Generation, CacheAndState, Completions, ChatMethods, Emb
         self.chat_handler = chat_handler
         handler_template = getattr(chat_handler, "chat_template", None) if vision_handler else None
         self.chat_template = chat.resolve(self.model, chat_format, chat_template or handler_template)
-        clip_model_path = clip_model_path or (getattr(chat_handler, "clip_model_path", None) if vision_handler else None)
+        clip_model_path = clip_model_path or (getattr(chat_handler, "clip_model_path", None)
+                                              if vision_handler else None)
         self.projector = load_projector(self.model, clip_model_path, n_threads) if clip_model_path else None
         self.media_policy = media_policy or MediaPolicy()
         self._embd_batch = None

@@ -29,7 +29,7 @@ from llamacore.generation.kv_reuse import common_prefix
 
 __all__ = ["BaseLlamaCache", "LlamaCache", "LlamaDiskCache", "LlamaRAMCache", "LlamaState", "longest_token_prefix"]
 
-_log = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 DEFAULT_CAPACITY = 2 << 30                       # 2 GiB, as llama-cpp-python's
 
@@ -273,7 +273,7 @@ class LlamaDiskCache(BaseLlamaCache):
 
     def __setitem__(self, key: Sequence[int], value: LlamaState) -> None:
         if not (_fits_int64(key) and _fits_int64(value.input_ids)):
-            _log.debug("LlamaDiskCache: a state of a prompt with images is not stored")
+            log.debug("LlamaDiskCache: a state of a prompt with images is not stored")
             return
         packed = _pack_tokens(tuple(key))
         scores = np.asarray(value.scores, dtype="<f4")

@@ -3,7 +3,7 @@
 llama-cpp-python exposes them at package level (`llama_cpp.LLAMA_SPLIT_MODE_LAYER`, ...); llamacore
 does too (`llamacore.LLAMA_SPLIT_MODE_LAYER`), lazily, from this module. The values are copied from
 the vendored headers (vendor/llama.cpp/include/llama.h, ggml/include/ggml.h and ggml-cpu.h); pure
-Python, so importing this does not load llama.cpp. tests/test_llama_compat.py checks them against
+Python, so importing this does not load llama.cpp. tests/llamacore/llama/test_llama_compat.py checks them against
 the compiled tables and against llama-cpp-python's own module.
 
 The `*_NAMES` tables map a value to the name llamacore's `Model`/`Context` (and llamaserve's

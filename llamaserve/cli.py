@@ -109,8 +109,10 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--lora-scaled", metavar=("FILE", "SCALE"), nargs=2, action="append", default=[],
                        help="apply a LoRA adapter at SCALE (repeatable)")
     model.add_argument("--n-ctx", type=int, metavar="N",
-                       help="context window of each request in tokens (0 = training context); the KV cache holds --parallel of them")
-    model.add_argument("-ngl", "--n-gpu-layers", "--gpu-layers", type=int, metavar="N", help="layers offloaded to the GPU (-1 = all)")
+                       help="context window of each request in tokens (0 = training context); the KV cache holds "
+                            "--parallel of them")
+    model.add_argument("-ngl", "--n-gpu-layers", "--gpu-layers", type=int, metavar="N",
+                       help="layers offloaded to the GPU (-1 = all)")
     model.add_argument("-t", "--threads", type=int, metavar="N", help="CPU threads used for decoding")
     model.add_argument("--chat-format", metavar="NAME",
                        help="built-in chat template (chatml, llama-3, mistral-instruct, ...) to use "

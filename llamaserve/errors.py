@@ -11,7 +11,8 @@ import math
 
 TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
          404: "invalid_request_error", 405: "invalid_request_error", 409: "invalid_request_error",
-         413: "invalid_request_error", 429: "rate_limit_error", 500: "server_error", 501: "not_supported_error", 503: "server_error"}
+         413: "invalid_request_error", 429: "rate_limit_error", 500: "server_error", 501: "not_supported_error",
+         503: "server_error"}
 
 
 class APIError(Exception):

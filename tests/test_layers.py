@@ -12,7 +12,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[1]      # tests/ is at the top of the repository
 
 # llamacore: the native binding and plain types; pure subpackages; the chat pipeline; the modules of
 # llama-cpp-python's that `Llama` uses; Llama's private parts; `Llama` and the chat handlers; tools.

@@ -37,7 +37,8 @@ def create_chat_completion(llm: LlamaHost, messages: list[dict[str, Any]], *, to
                            reasoning_format: str = "none", chat_template_kwargs: Mapping[str, Any] | None = None,
                            tfs_z: float = 1.0, logits_processor: LogitsProcessor | None = None,
                            stopping_criteria: StoppingCriteria | None = None,
-                           **sampling: Any) -> CreateChatCompletionResponse | Iterator[CreateChatCompletionStreamResponse]:
+                           **sampling: Any,
+                           ) -> CreateChatCompletionResponse | Iterator[CreateChatCompletionStreamResponse]:
     check_format(reasoning_format)
     check_tfs_z(tfs_z)
     if functions and not tools:

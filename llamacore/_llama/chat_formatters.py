@@ -35,7 +35,7 @@ __all__ = [
     "format_vicuna", "format_zephyr",
 ]
 
-_log = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 
 # -- the named formats ---------------------------------------------------------------------------
@@ -130,8 +130,8 @@ def format_alpaca(messages: Messages, **kwargs: Any) -> ChatFormatterResponse:
 
 
 def _chatml_like(messages: Messages, system: str, sep: str = "<|im_end|>") -> str:
-    return _lines(f"<|im_start|>system\n{system}", _turns(messages, _labels("<|im_start|>user", "<|im_start|>assistant")),
-                  sep)
+    return _lines(f"<|im_start|>system\n{system}",
+                  _turns(messages, _labels("<|im_start|>user", "<|im_start|>assistant")), sep)
 
 
 @_named("qwen")
@@ -153,7 +153,8 @@ def format_vicuna(messages: Messages, **kwargs: Any) -> ChatFormatterResponse:
 @_named("oasst_llama")
 def format_oasst_llama(messages: Messages, **kwargs: Any) -> ChatFormatterResponse:
     head = f"[INST] <<SYS>>\n{_system(messages)}\n<</SYS>>\n\n"
-    return ChatFormatterResponse(prompt=_plain(head, _turns(messages, _labels("<|prompter|>", "<|assistant|>")), "</s>"))
+    turns = _turns(messages, _labels("<|prompter|>", "<|assistant|>"))
+    return ChatFormatterResponse(prompt=_plain(head, turns, "</s>"))
 
 
 @_named("baichuan-2")
@@ -184,7 +185,8 @@ OPENBUDDY_SYSTEM = (
 
 @_named("openbuddy")
 def format_openbuddy(messages: Messages, **kwargs: Any) -> ChatFormatterResponse:
-    return ChatFormatterResponse(prompt=_colon(OPENBUDDY_SYSTEM, _turns(messages, _labels("User", "Assistant")), ("\n",)))
+    turns = _turns(messages, _labels("User", "Assistant"))
+    return ChatFormatterResponse(prompt=_colon(OPENBUDDY_SYSTEM, turns, ("\n",)))
 
 
 @_named("redpajama-incite")
@@ -239,7 +241,8 @@ def format_open_orca(messages: Messages, **kwargs: Any) -> ChatFormatterResponse
 @_named("mistrallite")
 def format_mistrallite(messages: Messages, **kwargs: Any) -> ChatFormatterResponse:
     head = f"<|system|>{_system(messages)}</s>"
-    return ChatFormatterResponse(prompt=_plain(head, _turns(messages, _labels("<|prompter|>", "</s>\n<|assistant|>")), " "))
+    turns = _turns(messages, _labels("<|prompter|>", "</s>\n<|assistant|>"))
+    return ChatFormatterResponse(prompt=_plain(head, turns, " "))
 
 
 @_named("zephyr")
@@ -274,7 +277,8 @@ def format_mistral_instruct(messages: Messages, **kwargs: Any) -> ChatFormatterR
 @_named("chatglm3")
 def format_chatglm3(messages: Messages, **kwargs: Any) -> ChatFormatterResponse:
     turns = _turns(messages, _labels("<|user|>", "<|assistant|>"))
-    prompt = f"<|system|>\n{_system(messages)}" + "".join(f"{label}\n {text}" if text else label for label, text in turns)
+    prompt = f"<|system|>\n{_system(messages)}" + "".join(f"{label}\n {text}" if text else label
+                                                          for label, text in turns)
     return ChatFormatterResponse(prompt=prompt, stop="</s>")
 
 
@@ -296,6 +300,6 @@ def format_saiga(messages: Messages, **kwargs: Any) -> ChatFormatterResponse:
 @_named("gemma")
 def format_gemma(messages: Messages, **kwargs: Any) -> ChatFormatterResponse:
     if _system(messages):
-        _log.debug("gemma chat format: system messages are dropped (Gemma has no system role)")
+        log.debug("gemma chat format: system messages are dropped (Gemma has no system role)")
     turns = _turns(messages, _labels("<start_of_turn>user\n", "<start_of_turn>model\n"))
     return ChatFormatterResponse(prompt=_plain("", turns, "<end_of_turn>\n"), stop="<end_of_turn>\n")

@@ -23,7 +23,7 @@ from llamacore.generation.sampling import SamplingParams, check_tfs_z
 __all__ = ["ChatFormatter", "ChatFormatterResponse", "Jinja2ChatFormatter", "Messages",
            "hf_autotokenizer_to_chat_formatter", "hf_tokenizer_config_to_chat_formatter"]
 
-_log = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 Messages = Sequence[Mapping[str, Any]]
 

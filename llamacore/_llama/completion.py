@@ -178,7 +178,8 @@ class Completions(LlamaHost):
         stops = [stop] if isinstance(stop, str) else list(stop or [])
         echo_text = None
         if echo:
-            echo_text = prompt if isinstance(prompt, str) else self.model.detokenize(tokens, True).decode("utf-8", "replace")
+            echo_text = (prompt if isinstance(prompt, str)
+                         else self.model.detokenize(tokens, True).decode("utf-8", "replace"))
         self._cache_lookup(tokens)
         events = text_events(self, tokens, sampling, max_tokens, stops, logprobs, echo_text,
                              ignore_eos, logits_processor, stopping_criteria, stream)

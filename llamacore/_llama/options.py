@@ -13,7 +13,7 @@ from typing import Any
 
 from llamacore import llama_cpp as lc
 
-_log = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 
 def option_name(param: str, value: Any, names: Mapping[int, str]) -> str:

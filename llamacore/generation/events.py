@@ -2,7 +2,8 @@
 
 A generation starts with `Started` (it took a sequence; the engine's events only), produces
 `Token`s (ids, from the engine's thread) or `Text` (detokenized, safe to send), and ends with
-exactly one `Finished` or `Failed`. The finish reason is an enum, so a cancelled generation is reported as cancelled and can never pass for "length".
+exactly one `Finished` or `Failed`. The finish reason is an enum, so a cancelled generation is
+reported as cancelled and can never pass for "length".
 """
 
 from __future__ import annotations

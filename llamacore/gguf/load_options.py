@@ -2,7 +2,7 @@
 
 This is the one list of these vocabularies. It is pure Python (importing it does not load
 llama.cpp): llamaserve validates its config with it, and the compiled core maps each name to
-the enum llama.h / ggml.h declares (core/model.pyx, core/context.pyx; tests/test_options.py
+the enum llama.h / ggml.h declares (core/model.pyx, core/context.pyx; tests/llamacore/gguf/test_options.py
 checks that both agree).
 
 The load keys are named as `Llama(...)` and a llamaserve model entry spell them

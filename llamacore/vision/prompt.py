@@ -22,8 +22,8 @@ from llamacore.vision.media import MediaError, MediaPolicy, load_image
 if TYPE_CHECKING:
     from llamacore._core import Batch, Context, Image, ImageChunk, Model, Projector
 
-__all__ = ["MEDIA_MARKER", "MediaTokens", "decode_image", "image_boundary", "load_images", "load_projector", "placeholder",
-           "tokenize_with_images"]
+__all__ = ["MEDIA_MARKER", "MediaTokens", "decode_image", "image_boundary", "load_images", "load_projector",
+           "placeholder", "tokenize_with_images"]
 
 MEDIA_MARKER = f"<__media_{secrets.token_hex(8)}__>"
 _ROW_BITS = 24                        # rows per image: far more than any projector produces

@@ -288,7 +288,8 @@ def _entry(label: str, raw: dict, base_dir: Path, problems: Problems) -> tuple[s
         idle_unload=raw.get("idle_unload"), parallel=raw.get("parallel"), max_queue=raw.get("max_queue"),
         kv_unified=raw.get("kv_unified"), share_prefixes=raw.get("share_prefixes"), cache_ram=raw.get("cache_ram"),
         speculative=_speculative(label, raw.get("speculative"), local, base_dir, problems),
-        json_whitespace=raw.get("json_whitespace"), isolation=raw.get("isolation") or ("process" if raw.get("rpc_servers") else None),
+        json_whitespace=raw.get("json_whitespace"),
+        isolation=raw.get("isolation") or ("process" if raw.get("rpc_servers") else None),
         step_timeout=raw.get("step_timeout"), max_rss=raw.get("max_rss"),
         sampling=MappingProxyType(dict(raw.get("sampling") or {})), clip_model_path=projector,
     )

@@ -62,7 +62,8 @@ class Engine:
                            **(context_kwargs or {}))
         self.n_ctx_seq = min(n_ctx, self.ctx.n_ctx_seq)     # tokens one sequence may hold
         self._reserve_adapter_pool()
-        self.projector = load_projector(self.model, projector_path, self.ctx.n_threads_batch) if projector_path else None
+        self.projector = (load_projector(self.model, projector_path, self.ctx.n_threads_batch) if projector_path
+                          else None)
         self._image_batch = Batch(self.ctx.n_batch, embd=self.projector.n_embd) if self.projector else None
         self.max_queue = max_queue
         drafter: Drafter | None = speculative if not isinstance(speculative, DraftModelSpec) else DraftModel(

@@ -83,7 +83,8 @@ class LlamaCppMetrics:
             decodes, busy, steps, drafted, accepted = (self.retired[i] + sum(c[i] for c in live) for i in range(5))
             decodes_all = decodes + self.embed_decodes
             counters = [
-                ("prompt_tokens_total", "Number of prompt tokens processed, excluding cached tokens", self.prompt_tokens),
+                ("prompt_tokens_total", "Number of prompt tokens processed, excluding cached tokens",
+                 self.prompt_tokens),
                 ("prompt_tokens_cached_total", "Number of prompt tokens reused from the cache", self.prompt_cached),
                 ("prompt_seconds_total", "Total time spent processing prompts", self.prompt_seconds),
                 ("tokens_predicted_total", "Number of generation tokens processed", self.predicted),

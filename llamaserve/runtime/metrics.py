@@ -16,7 +16,8 @@ from llamaserve.runtime.llama_server_metrics import LlamaCppMetrics
 class Metrics:
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry()
-        self.requests = Counter("llamaserve_requests", "HTTP requests by route and status", ["route", "status"], registry=r)
+        self.requests = Counter("llamaserve_requests", "HTTP requests by route and status", ["route", "status"],
+                                registry=r)
         self.prompt_tokens = Counter("llamaserve_prompt_tokens", "Prompt tokens processed", ["model"], registry=r)
         self.completion_tokens = Counter("llamaserve_completion_tokens", "Tokens generated", ["model"], registry=r)
         self.ttft = Histogram("llamaserve_time_to_first_token_seconds", "Time to first token", ["model"],
@@ -43,14 +44,16 @@ class Metrics:
                                        ["model", "reason"], registry=r)
         # totals of the loaded engines (they start at 0 when a model loads again)
         self.draft_tokens = Gauge("llamaserve_speculative_draft_tokens",
-                                  "Draft tokens decoded by speculative decoding, per loaded model", ["model"], registry=r)
+                                  "Draft tokens decoded by speculative decoding, per loaded model", ["model"],
+                                  registry=r)
         self.draft_accepted = Gauge("llamaserve_speculative_accepted_tokens",
                                     "Draft tokens accepted (acceptance rate = accepted / draft)", ["model"], registry=r)
         self.worker_crashes = Counter("llamaserve_worker_crashes",
-                                      "Model worker processes that died, by cause (max_rss, hung, killed, signal, exit)",
+                                      "Model worker processes that died, by cause "
+                                      "(max_rss, hung, killed, signal, exit)",
                                       ["model", "cause"], registry=r)
-        self.worker_restarts = Counter("llamaserve_worker_restarts", "Model worker processes started again after a crash",
-                                       ["model"], registry=r)
+        self.worker_restarts = Counter("llamaserve_worker_restarts",
+                                       "Model worker processes started again after a crash", ["model"], registry=r)
         self.cancelled = Counter("llamaserve_cancelled_requests", "Generations stopped by client disconnect",
                                  registry=r)
         self.gc = GcPauses(r)

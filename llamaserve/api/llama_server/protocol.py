@@ -111,7 +111,8 @@ class NativeCompletionRequest(SamplingFields):
                 "typical_p": self.typical_p, "repeat_penalty": self.repeat_penalty,
                 "presence_penalty": self.presence_penalty, "frequency_penalty": self.frequency_penalty,
                 "stop": list(self.stop or []), "ignore_eos": self.ignore_eos, "n_probs": self.n_probs,
-                "grammar": self.grammar or "", "logit_bias": [{"bias": v if math.isfinite(v) else None, "token": int(k)}     # null: -inf
+                "grammar": self.grammar or "",
+                "logit_bias": [{"bias": v if math.isfinite(v) else None, "token": int(k)}     # null: -inf
                                for k, v in (self.logit_bias or {}).items()],
                 "mirostat": 0, "dry_multiplier": 0.0, "xtc_probability": 0.0, "top_n_sigma": -1.0,
                 "adaptive_target": -1.0, "adaptive_decay": 0.9, "post_sampling_probs": False}

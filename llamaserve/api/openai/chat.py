@@ -59,7 +59,8 @@ async def chat_completions(request: Request) -> Response:
         choices = [Choice(index=j, tokens=tokens, sampling=body.sampling(grammar, j)) for j in range(body.n)]
         events = run_choices_reporting(
             engine, choices, stack, max_tokens=body.max_completion_tokens or body.max_tokens,
-            adapters=acquired.selection.key, stops=stops, n_logprobs=(body.top_logprobs or 0) if body.logprobs else None,
+            adapters=acquired.selection.key, stops=stops,
+            n_logprobs=(body.top_logprobs or 0) if body.logprobs else None,
             ignore_eos=body.ignore_eos, metrics=state.metrics, model_name=entry.alias,
             progress=body.return_progress and body.stream)
         count_adapter_usage(stack, state.registry, acquired, len(tokens), choices)

@@ -97,7 +97,8 @@ class Events:
         """A finished output item as the events that add it, carry its text or arguments, and end it."""
         if item["type"] == "reasoning":
             return [self.reasoning_start(index, item["id"]),
-                    self.reasoning_delta(index, item["id"], item["content"][0]["text"]), *self.reasoning_end(index, item)]
+                    self.reasoning_delta(index, item["id"], item["content"][0]["text"]),
+                    *self.reasoning_end(index, item)]
         if item["type"] == "message":
             return [*self.message_start(index, item["id"]),
                     self.text_delta(index, item["id"], item["content"][0]["text"]), *self.message_end(index, item)]
