@@ -32,7 +32,7 @@ from llamaserve.api.admin import (
     vllm_unload,
 )
 from llamaserve.api.anthropic.routes import count_tokens, messages
-from llamaserve.api.errors import error_response
+from llamaserve.api.errors import KNOWN_ERRORS, APIError, api_error_for, error_response
 from llamaserve.api.llama_server.completion import llama_completion
 from llamaserve.api.llama_server.props import props, set_props, slots
 from llamaserve.api.llama_server.utility import apply_template, detokenize, tokenize
@@ -56,7 +56,6 @@ from llamaserve.api.shutdown import Drain, DrainMiddleware
 from llamaserve.api.state import ServerState
 from llamaserve.api.web_ui import chat_page
 from llamaserve.config.settings import ServerConfig
-from llamaserve.errors import KNOWN_ERRORS, APIError, api_error_for
 from llamaserve.models.registry import Registry
 from llamaserve.runtime.gc_pauses import freeze_startup_objects
 from llamaserve.runtime.logs import configure as configure_logging

@@ -1,30 +1,11 @@
-"""The server's exceptions, OpenAI-shaped error responses, and the one table from exception to HTTP status.
+"""The server's exceptions: what went wrong, in the server's own terms and free of HTTP.
 
-Every part of the server raises what it means (a full queue, an unknown model, a failed load);
-`api_error_for` alone decides which status and body a client gets for it, whether the error
-surfaces in a route, in a streamed response or in the application's last-resort handler.
+Every part of the server raises what it means (a full queue, an unknown model, a failed load, a
+refused request); the API layer alone (llamaserve.api.errors.api_error_for) decides which status
+and body a client gets for it, in a route, in a streamed response or in the last-resort handler.
 """
 
 from __future__ import annotations
-
-import math
-
-TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-         404: "invalid_request_error", 405: "invalid_request_error", 409: "invalid_request_error",
-         413: "invalid_request_error", 429: "rate_limit_error", 500: "server_error", 501: "not_supported_error",
-         503: "server_error"}
-
-
-class APIError(Exception):
-    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None,
-                 headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status, self.message, self.param, self.code = status, message, param, code
-        self.headers = headers or {}
-
-    def body(self) -> dict:
-        return {"error": {"message": self.message, "type": TYPES.get(self.status, "invalid_request_error"),
-                          "param": self.param, "code": self.code}}
 
 
 class QueueFullError(Exception):
@@ -66,12 +47,20 @@ class CapacityError(RuntimeError):
     """No room to load a model: everything loaded is busy."""
 
 
-class FieldError(ValueError):
-    """A request field's value is refused (a 400 whose `param` names the field)."""
+class RequestError(ValueError):
+    """A request that cannot be served as asked (a client error); `param` names the field to blame,
+    when one is, and `code` says what kind of refusal it is, when a client may act on that."""
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.param, self.code = param, code
+
+
+class FieldError(RequestError):
+    """A request field's value is refused."""
 
     def __init__(self, param: str, message: str) -> None:
-        super().__init__(message)
-        self.param = param
+        super().__init__(message, param=param)
 
 
 class UnsafePathError(PermissionError):
@@ -88,45 +77,3 @@ class AdapterUnavailableError(RuntimeError):
 
 class RegistryWriteError(RuntimeError):
     """The runtime adapter registry file could not be written; nothing changed."""
-
-
-# Raised by the registry and engines; the application answers each with `api_error_for`.
-KNOWN_ERRORS = (QueueFullError, EngineClosedError, CapacityError, UnknownModelError, ModelLoadError,
-                UnsafePathError, NameConflictError, AdapterUnavailableError, RegistryWriteError,
-                WorkerCrashedError, ModelFailedError)
-
-
-def api_error_for(exc: BaseException, *, param: str | None = None) -> APIError:
-    """The API error a client gets for `exc` (`param`: the request field it concerns, if known)."""
-    if isinstance(exc, APIError):
-        return exc
-    if isinstance(exc, QueueFullError):
-        return APIError(503, f"{exc}; retry later", headers={"Retry-After": "1"})
-    if isinstance(exc, EngineClosedError):
-        return APIError(503, str(exc), headers={"Retry-After": "1"})
-    if isinstance(exc, WorkerCrashedError):
-        return APIError(503, f"{exc}; retry shortly", code="model_crashed", headers={"Retry-After": "1"})
-    if isinstance(exc, ModelFailedError):
-        return APIError(503, str(exc), code="model_failed",
-                        headers={"Retry-After": str(max(1, math.ceil(exc.retry_after)))})
-    if isinstance(exc, CapacityError):
-        return APIError(503, str(exc), headers={"Retry-After": "2"})
-    if isinstance(exc, UnknownModelError):
-        return APIError(404, str(exc), param=param or "model", code="model_not_found")
-    if isinstance(exc, ModelLoadError):
-        return APIError(500, str(exc), code="model_load_failed")
-    if isinstance(exc, RegistryWriteError):
-        return APIError(500, str(exc), code="registry_write_failed")
-    if isinstance(exc, AdapterUnavailableError):
-        return APIError(500, str(exc), code="adapter_load_failed")
-    if isinstance(exc, UnsafePathError):
-        return APIError(403, str(exc), param=param or "path", code="path_not_allowed")
-    if isinstance(exc, NameConflictError):
-        return APIError(409, str(exc), param=param or "alias", code="name_taken")
-    if isinstance(exc, FileNotFoundError):
-        return APIError(404, str(exc), param=param or "path", code="file_not_found")
-    if isinstance(exc, FieldError):
-        return APIError(400, str(exc), param=exc.param)
-    if isinstance(exc, ValueError):
-        return APIError(400, str(exc), param=param)
-    return APIError(500, f"generation failed: {type(exc).__name__}: {exc}")

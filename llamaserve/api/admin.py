@@ -14,10 +14,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from llamaserve.api.common import parse_body
+from llamaserve.api.errors import APIError, api_error_for
 from llamaserve.api.openai.protocol import AddAdapterRequest, LoadLoraAdapterRequest, UnloadLoraAdapterRequest
 from llamaserve.api.state import server_state
 from llamaserve.config.settings import ModelEntry
-from llamaserve.errors import APIError, NameConflictError, UnknownModelError, api_error_for
+from llamaserve.errors import NameConflictError, UnknownModelError
 from llamaserve.lora.catalog import Adapter
 from llamaserve.models.crashes import CrashRecord
 from llamaserve.models.factory import isolation

@@ -14,12 +14,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from llamacore.generation.sampling import SamplingParams
+from llamaserve.api.errors import APIError, api_error_for
 from llamaserve.api.openai.protocol import AdapterFields
 from llamaserve.api.sse import event, first_event, sse_response
 from llamaserve.api.state import server_state
 from llamaserve.config.settings import ModelEntry
 from llamaserve.engine.client import EngineClient
-from llamaserve.errors import AdapterUnavailableError, APIError
+from llamaserve.errors import AdapterUnavailableError
 from llamaserve.lora.selection import Selection, select_adapters
 from llamaserve.models.registry import Loaded, Registry
 from llamaserve.serving.choices import Choice, ChoiceEvents
@@ -164,6 +165,8 @@ async def respond(request: Request, stream: bool, prepare: Callable[[AsyncExitSt
             return sse_response(make_chunks(), release=stack.aclose, encode=encode, end=end, on_error=on_error)
         async for _ in events:
             pass
+    except Exception as exc:        # the server's own errors, and an engine's failure, as the client sees them
+        raise api_error_for(exc) from None
     finally:
         if not handed_over:
             await stack.aclose()

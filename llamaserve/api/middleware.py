@@ -15,8 +15,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from llamaserve.api.anthropic.protocol import error_body
-from llamaserve.api.errors import error_response
-from llamaserve.errors import APIError
+from llamaserve.api.errors import APIError, error_response
 from llamaserve.runtime.logs import request_id
 from llamaserve.runtime.metrics import Metrics
 

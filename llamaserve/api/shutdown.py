@@ -18,9 +18,8 @@ from collections.abc import Iterator
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from llamaserve.api.errors import error_response
+from llamaserve.api.errors import APIError, error_response
 from llamaserve.api.sse import event
-from llamaserve.errors import APIError
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from llamaserve.errors import APIError
+from llamaserve.api.errors import APIError, api_error_for
 from llamaserve.serving.choices import ChoiceEvents
 
 _JSON = msgspec.json.Encoder()
@@ -78,8 +78,9 @@ def sse_response(chunks: AsyncGenerator[Any, None], release: Callable[[], Awaita
             async for chunk in chunks:
                 yield encode(chunk)
             yield end
-        except APIError as exc:
-            yield on_error(exc) if on_error is not None else event(exc.body()) + end
+        except Exception as exc:        # mid-stream: an error event in place of the rest
+            err = api_error_for(exc)
+            yield on_error(err) if on_error is not None else event(err.body()) + end
         finally:
             await chunks.aclose()
             await release()

@@ -15,7 +15,7 @@ from typing import Protocol
 
 from llamacore.generation.kv_reuse import AdapterKey, adapter_key
 from llamaserve.config.settings import ModelEntry
-from llamaserve.errors import APIError
+from llamaserve.errors import RequestError
 from llamaserve.lora.catalog import Adapter, BaseAdapters
 
 
@@ -54,7 +54,7 @@ class AdapterById(Protocol):
 
 def select_adapters(catalog: BaseAdapters, entry: ModelEntry, body: AdapterRequest) -> Selection:
     if body.lora_adapters is not None and body.lora is not None:
-        raise APIError(400, "give either lora_adapters ({name: scale}) or lora ([{id, scale}]), not both",
+        raise RequestError("give either lora_adapters ({name: scale}) or lora ([{id, scale}]), not both",
                        param="lora_adapters")
     if body.lora_adapters is not None:
         chosen = [(_by_name(catalog, entry, name), scale, "lora_adapters")
@@ -66,7 +66,7 @@ def select_adapters(catalog: BaseAdapters, entry: ModelEntry, body: AdapterReque
     seen: dict[int, Adapter] = {}
     for adapter, _, param in chosen:
         if adapter.id in seen:
-            raise APIError(400, f"adapter '{adapter.name}' (id {adapter.id}) is named twice in this request",
+            raise RequestError(f"adapter '{adapter.name}' (id {adapter.id}) is named twice in this request",
                            param=param)
         seen[adapter.id] = adapter
     return Selection(tuple((a, s) for a, s, _ in chosen if s != 0))
@@ -80,7 +80,7 @@ def _listing(catalog: BaseAdapters) -> str:
 def _by_name(catalog: BaseAdapters, entry: ModelEntry, name: str) -> Adapter:
     adapter = catalog.by_name(name)
     if adapter is None:
-        raise APIError(400, f"adapter '{name[:100]}' is not loaded for model '{entry.alias}'; loaded adapters "
+        raise RequestError(f"adapter '{name[:100]}' is not loaded for model '{entry.alias}'; loaded adapters "
                             f"(id 'name'): {_listing(catalog)}", param="lora_adapters", code="adapter_not_found")
     return adapter
 
@@ -88,7 +88,7 @@ def _by_name(catalog: BaseAdapters, entry: ModelEntry, name: str) -> Adapter:
 def _by_id(catalog: BaseAdapters, entry: ModelEntry, adapter_id: int) -> Adapter:
     adapter = catalog.by_id(adapter_id)
     if adapter is None:
-        raise APIError(400, f"adapter id {adapter_id} is not loaded for model '{entry.alias}'; loaded adapters "
+        raise RequestError(f"adapter id {adapter_id} is not loaded for model '{entry.alias}'; loaded adapters "
                             f"(id 'name', as GET /lora-adapters lists them): {_listing(catalog)}", param="lora",
                        code="adapter_not_found")
     return adapter

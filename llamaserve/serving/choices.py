@@ -1,9 +1,9 @@
-"""Running the n choices of one request on an engine, with engine errors mapped to API errors."""
+"""Running the n choices of one request on an engine, and their events as they come."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-from contextlib import AsyncExitStack, contextmanager
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Generic, TypeVar, cast
 
@@ -12,7 +12,7 @@ from llamacore.generation.events import Finished, Progress, Text, TextEvent
 from llamacore.generation.kv_reuse import AdapterKey
 from llamacore.generation.sampling import SamplingParams
 from llamaserve.engine.client import EngineClient
-from llamaserve.errors import APIError, api_error_for
+from llamaserve.errors import RequestError
 from llamaserve.runtime.metrics import Metrics
 from llamaserve.serving.aio import merge
 from llamaserve.serving.generation import Generation, Timings, generate
@@ -40,7 +40,8 @@ def run_choices(engine: EngineClient, choices: list[Choice], stack: AsyncExitSta
                 metrics: Metrics, model_name: str) -> ChoiceEvents[TextEvent]:
     """Every Text/Finished event of every choice as produced (choices decode together in the engine).
 
-    Sampling parameters are checked and the choices submitted now (APIError 400/503), before a
+    Sampling parameters are checked and the choices submitted now (RequestError, or the engine's
+    QueueFullError), before a
     streamed response has started. Closing ``stack`` cancels whatever is still running: a client that
     leaves before the response body starts never runs the iterator's own cleanup.
     """
@@ -66,46 +67,37 @@ def _submit(engine: EngineClient, choices: list[Choice], stack: AsyncExitStack, 
             adapters: AdapterKey, stops: list[str], n_logprobs: int | None, ignore_eos: bool,
             metrics: Metrics, model_name: str, progress: bool) -> list[Generation]:
     """Submit the choices (they decode together in the engine); their events are recorded in each
-    Choice as `_run` yields them. Sampling parameters are checked and the choices
-    submitted now (APIError 400/503), before a streamed response has started. Closing ``stack``
+    Choice as `_run` yields them. Sampling parameters are checked and the choices submitted now
+    (RequestError, or the engine's QueueFullError), before a streamed response has started. Closing ``stack``
     cancels whatever is still running: a client that leaves before the response body starts never
     runs the iterator's own cleanup.
     """
     if len(choices) > engine.capacity:     # a 503 would invite retries that can never succeed
-        raise APIError(400, f"{len(choices)} completions (prompts x n) exceed what this model can run or "
+        raise RequestError(f"{len(choices)} completions (prompts x n) exceed what this model can run or "
                             f"queue at once ({engine.capacity})", param="n")
     n_vocab = engine.model.n_vocab
     for c in choices:
         try:
             c.sampling.validate()
         except ValueError as exc:
-            raise APIError(400, str(exc)) from None
+            raise RequestError(str(exc)) from None
         bad = [t for t in c.sampling.logit_bias if not 0 <= t < n_vocab]
         if bad:
-            raise APIError(400, f"logit_bias: token id {bad[0]} is outside the vocabulary (0..{n_vocab - 1})",
+            raise RequestError(f"logit_bias: token id {bad[0]} is outside the vocabulary (0..{n_vocab - 1})",
                            param="logit_bias")
     gens: list[Generation] = []
     stack.callback(_cancel, gens)       # also covers a queue overflow part-way through the choices
-    with _as_api_errors():              # submitted now: a full queue is a 503 before any streamed response
-        for c in choices:
-            gens.append(generate(engine, c.tokens, c.sampling, max_tokens=max_tokens, adapters=adapters,
-                                 stops=stops, n_logprobs=n_logprobs, ignore_eos=ignore_eos, metrics=metrics,
-                                 model_name=model_name, progress=progress))
-            c.timings = gens[-1].timings
+    for c in choices:                   # submitted now: a full queue is refused before any streamed response
+        gens.append(generate(engine, c.tokens, c.sampling, max_tokens=max_tokens, adapters=adapters,
+                             stops=stops, n_logprobs=n_logprobs, ignore_eos=ignore_eos, metrics=metrics,
+                             model_name=model_name, progress=progress))
+        c.timings = gens[-1].timings
     return gens
 
 
 def _cancel(gens: list[Generation]) -> None:
     for gen in gens:
         gen.cancel()
-
-
-@contextmanager
-def _as_api_errors() -> Iterator[None]:
-    try:
-        yield
-    except Exception as exc:
-        raise api_error_for(exc) from None
 
 
 class ChoiceEvents(Generic[E]):
@@ -118,7 +110,7 @@ class ChoiceEvents(Generic[E]):
         self._ended = False
 
     async def ready(self) -> None:
-        """Wait for the first event (or the end); an engine failure before it raises its APIError."""
+        """Wait for the first event (or the end); an engine failure before it raises here."""
         if self._first is None and not self._ended:
             try:
                 self._first = await anext(self._events)
@@ -138,8 +130,7 @@ class ChoiceEvents(Generic[E]):
 
 
 async def _run(gens: list[Generation], choices: list[Choice]) -> AsyncIterator[tuple[Choice, ChoiceEvent]]:
-    with _as_api_errors():
-        async for i, event in merge(gens):
-            if not isinstance(event, Progress):
-                choices[i].add(event)
-            yield choices[i], event
+    async for i, event in merge(gens):
+        if not isinstance(event, Progress):
+            choices[i].add(event)
+        yield choices[i], event

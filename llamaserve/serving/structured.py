@@ -21,7 +21,7 @@ from llamacore.chat.prompt import grammar_for
 from llamacore.grammar.cache import GrammarCache
 from llamacore.grammar.limits import GrammarLimits
 from llamaserve.config.settings import ModelEntry, ServerConfig
-from llamaserve.errors import APIError
+from llamaserve.errors import RequestError
 from llamaserve.models.registry import Registry
 from llamaserve.runtime.metrics import Metrics
 
@@ -60,12 +60,12 @@ class _CacheCollector(Collector):
 
 
 async def check_grammar(model: Model, grammar: str) -> None:
-    """Parse a client's GBNF grammar with llama.cpp (off the event loop); APIError 400 with the
+    """Parse a client's GBNF grammar with llama.cpp (off the event loop); RequestError with the
     parser's reason when it does not parse, before any response has started."""
     try:
         await asyncio.to_thread(Sampler().grammar, model, grammar)
     except ValueError as exc:
-        raise APIError(400, f"grammar: {exc}", param="grammar") from None
+        raise RequestError(f"grammar: {exc}", param="grammar") from None
 
 
 def grammar_cache(config: ServerConfig, metrics: Metrics) -> GrammarCache:
@@ -84,7 +84,7 @@ async def stops_and_grammar(registry: Registry, grammars: GrammarCache,
     try:
         return body.stop_list(), await response_grammar(grammars, body, registry.entry(body.model, fallback=True))
     except ValueError as exc:
-        raise APIError(400, str(exc)) from None
+        raise RequestError(str(exc)) from None
 
 
 async def response_grammar(grammars: GrammarCache, body: GrammarRequest, entry: ModelEntry) -> str | None:

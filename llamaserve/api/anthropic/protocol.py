@@ -18,8 +18,8 @@ from typing import Any
 from pydantic import Field
 
 from llamacore.generation.events import FinishReason
+from llamaserve.api.errors import APIError
 from llamaserve.api.openai.protocol import AdapterFields
-from llamaserve.errors import APIError
 
 # HTTP status -> Anthropic's error type
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",

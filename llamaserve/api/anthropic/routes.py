@@ -39,10 +39,10 @@ from llamaserve.api.common import (
     respond,
     sampling_for,
 )
+from llamaserve.api.errors import APIError, api_error_for
 from llamaserve.api.sse import named_event
 from llamaserve.api.state import server_state
 from llamaserve.config.settings import ServerConfig
-from llamaserve.errors import APIError, api_error_for
 from llamaserve.serving.chat import ChatPrompt, prepare_chat
 from llamaserve.serving.choices import Choice, run_choices
 

@@ -11,9 +11,9 @@ from starlette.responses import Response
 
 from llamacore.generation.events import Finished, Progress
 from llamaserve.api.common import Prepared, acquire_engine, check_prompt_fits, count_adapter_usage, parse_body, respond
+from llamaserve.api.errors import APIError
 from llamaserve.api.llama_server.protocol import NativeCompletionRequest, final, probabilities, prompts
 from llamaserve.api.state import server_state
-from llamaserve.errors import APIError
 from llamaserve.serving.choices import Choice, run_choices_reporting
 from llamaserve.serving.structured import check_grammar, stops_and_grammar
 

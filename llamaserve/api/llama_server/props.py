@@ -12,10 +12,10 @@ from starlette.responses import JSONResponse, Response
 import llamaserve
 from llamacore import llama_cpp_version
 from llamaserve.api.common import acquire, apply_sampling_defaults
+from llamaserve.api.errors import APIError
 from llamaserve.api.llama_server.protocol import NativeCompletionRequest
 from llamaserve.api.state import server_state
 from llamaserve.config.settings import ModelEntry, ServerConfig
-from llamaserve.errors import APIError
 from llamaserve.models.loaded import Loaded
 
 

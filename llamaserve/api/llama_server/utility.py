@@ -14,9 +14,9 @@ from starlette.responses import JSONResponse, Response
 
 from llamacore.chat.prompt import prompt_text
 from llamaserve.api.common import acquire, parse_body
+from llamaserve.api.errors import APIError
 from llamaserve.api.openai.protocol import ApplyTemplateRequest, DetokenizeRequest, TokenizeRequest
 from llamaserve.api.state import server_state
-from llamaserve.errors import APIError
 from llamaserve.serving.thinking import kwargs_for
 
 

@@ -24,10 +24,10 @@ from llamaserve.api.common import (
     parse_body,
     respond,
 )
+from llamaserve.api.errors import APIError
 from llamaserve.api.openai.protocol import ChatRequest
 from llamaserve.api.state import server_state
 from llamaserve.config.settings import ServerConfig
-from llamaserve.errors import APIError
 from llamaserve.serving.chat import ChatPrompt, prepare_chat
 from llamaserve.serving.choices import Choice, cached_tokens, run_choices_reporting
 from llamaserve.serving.structured import check_grammar, response_grammar

@@ -19,9 +19,9 @@ from llamaserve.api.common import (
     parse_body,
     respond,
 )
+from llamaserve.api.errors import APIError
 from llamaserve.api.openai.protocol import CompletionRequest
 from llamaserve.api.state import server_state
-from llamaserve.errors import APIError
 from llamaserve.serving.choices import Choice, cached_tokens, run_choices
 from llamaserve.serving.structured import check_grammar, stops_and_grammar
 

@@ -14,10 +14,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from llamaserve.api.common import acquire, parse_body
+from llamaserve.api.errors import APIError
 from llamaserve.api.llama_server.protocol import prompts
 from llamaserve.api.openai.protocol import EmbeddingRequest, NativeEmbeddingRequest
 from llamaserve.api.state import server_state
-from llamaserve.errors import APIError
 
 _MEDIA = ("image_url", "input_audio", "input_video")
 

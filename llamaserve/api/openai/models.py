@@ -9,9 +9,10 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from llamaserve.api.errors import APIError, api_error_for
 from llamaserve.api.state import server_state
 from llamaserve.config.settings import ModelEntry
-from llamaserve.errors import APIError, UnknownModelError, api_error_for
+from llamaserve.errors import UnknownModelError
 from llamaserve.models.registry import Registry
 
 

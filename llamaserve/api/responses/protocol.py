@@ -21,8 +21,8 @@ from typing import Annotated, Any
 from pydantic import Field, StringConstraints
 
 from llamacore.generation.events import FinishReason
+from llamaserve.api.errors import APIError
 from llamaserve.api.openai.protocol import AdapterFields
-from llamaserve.errors import APIError
 
 ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
 _MEDIA_PARTS = ("input_image", "input_file", "input_audio")

@@ -28,6 +28,7 @@ from llamaserve.api.common import (
     respond,
     sampling_for,
 )
+from llamaserve.api.errors import APIError
 from llamaserve.api.responses.protocol import (
     ResponseDraft,
     ResponsesRequest,
@@ -42,7 +43,6 @@ from llamaserve.api.responses.protocol import (
 from llamaserve.api.responses.store import ResponseStore
 from llamaserve.api.sse import named_event
 from llamaserve.api.state import server_state
-from llamaserve.errors import APIError
 from llamaserve.serving.chat import ToolsRefused, prepare_chat
 from llamaserve.serving.choices import Choice, run_choices_reporting
 from llamaserve.serving.structured import format_grammar

@@ -14,7 +14,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from llamaserve.errors import APIError
+from llamaserve.api.errors import APIError
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from llamaserve.api.errors import APIError
 from llamaserve.api.responses.store import ResponseStore
-from llamaserve.errors import APIError
 
 
 def response(rid: str, text: str = "ok") -> dict:
