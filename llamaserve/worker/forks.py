@@ -27,6 +27,7 @@ from collections import deque
 from concurrent.futures import Future
 from pathlib import Path
 
+from llamaserve.worker.protocol import Exited, ForkReady, FromForkServer, Spawned
 from llamaserve.worker.wire import ConnectionClosed, Wire
 
 _PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
@@ -75,12 +76,12 @@ class ForkServer:
         finally:
             theirs.close()
         self.sock = ours
-        self._wire = Wire(ours)
+        self._wire = Wire(ours, receives=FromForkServer)
         self._lock = threading.Lock()
         self._waiting: deque[Future] = deque()
         self._workers: dict[int, ForkedWorker] = {}
         self._early_exits: dict[int, int] = {}
-        if self._wire.recv() != ["ready"]:
+        if not isinstance(self._wire.recv(), ForkReady):
             raise RuntimeError("the worker fork server did not start")
         threading.Thread(target=self._read, name="fork-server", daemon=True).start()
 
@@ -102,8 +103,8 @@ class ForkServer:
                 message = self._wire.recv()
             except ConnectionClosed:
                 break
-            if message[0] == "spawned":
-                worker = ForkedWorker(message[1])
+            if isinstance(message, Spawned):
+                worker = ForkedWorker(message.pid)
                 with self._lock:
                     code = self._early_exits.pop(worker.pid, None)
                     self._workers[worker.pid] = worker
@@ -111,8 +112,8 @@ class ForkServer:
                 if code is not None:
                     worker._set_exit(code)
                 done.set_result(worker)
-            elif message[0] == "exited":
-                _, pid, code = message
+            elif isinstance(message, Exited):
+                pid, code = message.pid, message.code
                 with self._lock:
                     ended = self._workers.pop(pid, None)
                     if ended is None:
@@ -156,7 +157,7 @@ def serve(control: socket.socket) -> None:
     os.set_blocking(wakeup_w, False)
     signal.set_wakeup_fd(wakeup_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)          # wakes select through the wakeup fd
-    wire.send(["ready"])
+    wire.send(ForkReady())
     while True:
         readable, _, _ = select.select([control.fileno(), wakeup_r], [], [])
         if wakeup_r in readable:
@@ -177,7 +178,7 @@ def serve(control: socket.socket) -> None:
                 sys.stdout.flush()
                 os._exit(worker.main([str(fds[0])]))
             os.close(fds[0])
-            wire.send(["spawned", pid])
+            wire.send(Spawned(pid))
 
 
 def _reap(wire: Wire) -> None:
@@ -188,7 +189,7 @@ def _reap(wire: Wire) -> None:
             return
         if pid == 0:
             return
-        wire.send(["exited", pid, os.waitstatus_to_exitcode(status)])
+        wire.send(Exited(pid, os.waitstatus_to_exitcode(status)))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,7 +7,8 @@ frame of another shape is a decode error, not a misread field).
 Server -> worker (`ToWorker`): `Load` (the first frame), `Submit` (the submissions of one event-loop
 turn), `Cancel`, `Call` (add_adapter, remove_adapter, tokenize_media, create_embedding), `Close`.
 Worker -> server (`ToServer`): `Ready` or `LoadFailed`, then one `Step` per engine step (its events
-for every sequence) and a `Reply` per call. An error crosses as (type name, message) and comes back
+for every sequence) and a `Reply` per call. Fork server -> server (`FromForkServer`): `ForkReady`,
+then `Spawned` and `Exited` for each worker it forks. An error crosses as (type name, message) and comes back
 as the same exception type when the server knows it, else as RuntimeError.
 """
 
@@ -135,6 +136,24 @@ class Reply(_Frame, tag="reply"):
 ToServer = Ready | LoadFailed | Step | Reply
 
 
+# -- the fork server (llamaserve.worker.forks) -> the server ---------------------------------------
+
+class ForkReady(_Frame, tag="fork_ready"):
+    pass
+
+
+class Spawned(_Frame, tag="spawned"):
+    pid: int                             # a worker forked for the socket the server sent last
+
+
+class Exited(_Frame, tag="exited"):
+    pid: int
+    code: int                            # as os.waitstatus_to_exitcode gives it (-N: signal N)
+
+
+FromForkServer = ForkReady | Spawned | Exited
+
+
 # -- errors, events and sampling parameters ---------------------------------------------------------
 
 # exception types that keep their type across the process line (the server maps them to statuses)
@@ -197,7 +216,8 @@ def decode_sampling(fields: dict[str, Any]) -> SamplingParams:
     return SamplingParams(**fields)
 
 
-__all__ = ["LAST_EVENTS", "Call", "Cancel", "Close", "FailedEvent", "FinishedEvent", "Load", "LoadFailed",
+__all__ = ["LAST_EVENTS", "Call", "Cancel", "Close", "Exited", "FailedEvent", "FinishedEvent", "ForkReady",
+           "FromForkServer", "Load", "LoadFailed", "Spawned",
            "ProgressEvent", "Ready", "Reply", "StartedEvent", "Step", "Submission", "Submit", "ToServer",
            "ToWorker", "TokenEvent", "WireError", "WireEvent", "decode_error", "decode_event", "decode_sampling",
            "encode_error", "encode_event", "encode_sampling"]
