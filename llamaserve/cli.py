@@ -30,7 +30,7 @@ examples:
   llamaserve --config llamaserve.yaml
   llamaserve --model mistral-7b.Q4_K_M.gguf --alias chat --n-ctx 4096 --n-gpu-layers -1
   llamaserve --model base.gguf --lora-scaled coder-lora.gguf 0.8 --port 8080
-  llamaserve --model 'hf://Qwen/Qwen2-0.5B-Instruct-GGUF/*q8_0.gguf'
+  llamaserve --model hf://Qwen/Qwen2-0.5B-Instruct-GGUF:q8_0
   llamaserve --models-dir ~/models --max-loaded-models 2
   llamaserve init-config ~/models && llamaserve check ~/models/llamaserve.yaml
   llamaserve demo              # a tiny TinyStories model shipped with llamaserve, offline
@@ -46,7 +46,8 @@ LLAMA_SERVER_FLAGS = {
                                              "defaults: or a model in a --config file"),
     **dict.fromkeys(("-b", "--batch-size", "-ub", "--ubatch-size"), "set n_batch or n_ubatch in a --config file"),
     **dict.fromkeys(("-ctk", "--cache-type-k", "-ctv", "--cache-type-v"), "set type_k or type_v in a --config file"),
-    **dict.fromkeys(("-hf", "--hf-repo", "-hff", "--hf-file"), "use --model hf://OWNER/REPO/FILE.gguf"),
+    **dict.fromkeys(("-hf", "--hf-repo", "-hff", "--hf-file"),
+                    "use --model hf://OWNER/REPO:QUANT or --model hf://OWNER/REPO/FILE.gguf"),
     "--mmproj": "set mmproj (the projector file) on the model in a --config file",
     "--chat-template": "use --chat-format NAME, or chat_template in a --config file",
     "--rpc": "set rpc_servers in a --config file",
@@ -91,8 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
     what.add_argument("--config", metavar="FILE", default=os.environ.get("LLAMASERVE_CONFIG"),
                       help="YAML, TOML or JSON config file (default: $LLAMASERVE_CONFIG)")
     what.add_argument("-m", "--model", metavar="FILE",
-                      help="serve this GGUF model, or hf://owner/repo/file-glob.gguf from the Hugging Face "
-                           "Hub, fetched on first use (replaces the config file's models list)")
+                      help="serve this GGUF model, or hf://owner/repo:QUANT or hf://owner/repo/file-glob.gguf "
+                           "from the Hugging Face Hub, fetched on first use (replaces the config file's models list)")
     what.add_argument("--models-dir", metavar="DIR",
                       help="also serve every GGUF model in DIR, named by its file name without .gguf")
     what.add_argument("--adapters-dir", metavar="DIR", action="append", default=[],

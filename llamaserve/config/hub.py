@@ -1,5 +1,7 @@
 """Model files from the Hugging Face Hub: ``model: hf://owner/repo/file-glob.gguf`` (and the same
-for ``clip_model_path``/``mmproj``), fetched when the model first loads.
+for ``clip_model_path``/``mmproj``), fetched when the model first loads. ``hf://owner/repo:Q4_K_M``
+names the repository's file of that quantization, as llama-server's ``-hf owner/repo:Q4_K_M`` does
+(Q4_K_M when the tag is left out).
 
 The config check validates only the reference (syntax, repository id, huggingface-hub
 installed): a server starts without the network, and a model nobody asks for is never
@@ -18,12 +20,13 @@ from pathlib import Path
 from llamacore.gguf.hub import download
 from llamaserve.config.checks import Problems
 
-__all__ = ["SCHEME", "HubFile", "hub_ref", "is_hub_ref", "local_files", "local_path"]
+__all__ = ["SCHEME", "HubFile", "hub_ref", "is_hub_ref", "local_files", "local_path", "quant_glob"]
 
 log = logging.getLogger(__name__)
 
 SCHEME = "hf://"
 _GLOB_CHARS = frozenset("*?[")
+DEFAULT_QUANT = "Q4_K_M"         # llama-server's, for hf://owner/repo without a tag
 
 
 @dataclass(frozen=True)
@@ -33,12 +36,18 @@ class HubFile:
 
     repo_id: str
     pattern: str
+    quant: str | None = None         # named as hf://owner/repo:QUANT (the pattern is its glob)
 
     def __str__(self) -> str:
+        if self.quant is not None:
+            return f"{SCHEME}{self.repo_id}:{self.quant}"
         return f"{SCHEME}{self.repo_id}/{self.pattern}"
 
     def default_alias(self) -> str:
-        """The file's stem when the pattern names one file; else the reference without its scheme."""
+        """The file's stem when the pattern names one file; the repository's name and the quantization
+        for hf://owner/repo:QUANT; else the reference without its scheme."""
+        if self.quant is not None:
+            return f"{self.repo_id.rsplit('/', 1)[-1]}-{self.quant}"
         if _GLOB_CHARS.isdisjoint(self.pattern):
             return self.pattern.rsplit("/", 1)[-1].removesuffix(".gguf")
         return f"{self.repo_id}/{self.pattern}"
@@ -52,13 +61,20 @@ def is_hub_ref(value: object) -> bool:
     return isinstance(value, str) and value.startswith(SCHEME)
 
 
-def hub_ref(text: str, key: str, problems: Problems) -> HubFile | None:
-    """The checked ``hf://owner/repo/glob`` reference, or None with the reason in ``problems``."""
+def hub_ref(text: str, key: str, problems: Problems, *, quant_ok: bool = True) -> HubFile | None:
+    """The checked ``hf://owner/repo/glob`` or (where `quant_ok`: a model, not a projector)
+    ``hf://owner/repo[:QUANT]`` reference, or None with the reason in ``problems``."""
     owner, _, rest = text.removeprefix(SCHEME).partition("/")
-    name, _, pattern = rest.partition("/")
+    name, slash, pattern = rest.partition("/")
+    quant = None
+    if not slash and quant_ok:                      # hf://owner/repo[:QUANT]
+        name, _, tag = name.partition(":")
+        quant = tag or DEFAULT_QUANT
+        pattern = quant_glob(quant)
     if not (owner and name and pattern):
-        problems.add(key, f"expected hf://owner/repo/file.gguf (the file a name or glob in the repository), "
-                          f"got {text!r}")
+        shorthand = " or hf://owner/repo:QUANT" if quant_ok else ""
+        problems.add(key, f"expected hf://owner/repo/file.gguf (the file a name or glob in the repository)"
+                          f"{shorthand}, got {text!r}")
         return None
     try:
         from huggingface_hub.utils import validate_repo_id
@@ -70,7 +86,14 @@ def hub_ref(text: str, key: str, problems: Problems) -> HubFile | None:
     except ValueError as exc:
         problems.add(key, f"{text!r} does not name a Hugging Face Hub repository: {exc}")
         return None
-    return HubFile(f"{owner}/{name}", pattern)
+    return HubFile(f"{owner}/{name}", pattern, quant)
+
+
+def quant_glob(quant: str) -> str:
+    """The glob of a repository's GGUF file of quantization `quant` (Q4_K_M, q8_0, ...): its name holds
+    the tag in any case, as llama-server matches ``-hf owner/repo:QUANT``."""
+    letters = "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else ("[_-]" if c in "_-" else c) for c in quant)
+    return f"*{letters}*.gguf"
 
 
 def fetch(ref: HubFile) -> Path:
@@ -86,7 +109,8 @@ def fetch(ref: HubFile) -> Path:
               else f"the Hugging Face Hub at {constants.ENDPOINT} (unless cached)")
     log.info("%s: fetching from %s", ref, source)
     started = time.monotonic()
-    path = Path(download(ref.repo_id, ref.pattern))
+    # a quantization tag names a file at the top of the repository (as llama-server looks for it)
+    path = Path(download(ref.repo_id, ref.pattern, top_level_only=ref.quant is not None))
     log.info("%s: ready in %.1fs: %s (%.1f MiB)", ref, time.monotonic() - started, path,
              path.stat().st_size / 2**20)
     _fetched[ref] = path

@@ -320,7 +320,7 @@ def _projector(label: str, raw: dict, base_dir: Path, problems: Problems) -> Pat
     if raw.get("embedding"):
         problems.add(f"{label}.{key}", "applies only to generation models (embedding models take no images)")
     if is_hub_ref(raw[key]):
-        return hub_ref(raw[key], f"{label}.{key}", problems)
+        return hub_ref(raw[key], f"{label}.{key}", problems, quant_ok=False)
     path = config_path(raw[key], base_dir)
     header = read_gguf(path, f"{label}.{key}", problems)
     if header is not None and header.type not in ("mmproj", None):

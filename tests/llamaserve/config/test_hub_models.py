@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import os
+from fnmatch import fnmatchcase
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from hub_standin import HubStandIn
 from tiny_vision import IMAGE_TOKENS, image_bytes, pattern_image
 
 from llamaserve.cli import build_parser, config_from_args
-from llamaserve.config.hub import HubFile
+from llamaserve.config.hub import HubFile, quant_glob
 from llamaserve.config.parse import load_config
 
 HUB_YAML = f"""
@@ -54,8 +55,8 @@ models:
 """)
     found = problems(path)
     expected = [
-        "models[0].model: expected hf://owner/repo/file.gguf (the file a name or glob in the repository), "
-        "got 'hf://acme'",
+        "models[0].model: expected hf://owner/repo/file.gguf (the file a name or glob in the repository) "
+        "or hf://owner/repo:QUANT, got 'hf://acme'",
         "models[1].model: expected hf://owner/repo/file.gguf",
         "models[2].model: 'hf://acme/tiny..GGUF/x.gguf' does not name a Hugging Face Hub repository: ",
         f"models[3].clip_model_path: expected hf://owner/repo/file.gguf (the file a name or glob in the "
@@ -64,6 +65,22 @@ models:
     for line in expected:
         assert sum(p.startswith(f"{path}: {line}") for p in found) == 1, (line, found)
     assert len(found) == len(expected)
+
+
+def test_a_quantization_tag_names_the_file_as_llama_server_does(work):
+    """hf://owner/repo:QUANT (llama-server's -hf owner/repo:QUANT): the file of that quantization at
+    the top of the repository, in any case; Q4_K_M when the tag is left out. Not for projectors."""
+    path = write(work, "quant.yaml", f"""
+models:
+  - model: hf://{REPO_ID}:q8_0
+  - model: hf://{REPO_ID}
+""")
+    tagged, default = load_config(path).models
+    assert str(tagged.model) == f"hf://{REPO_ID}:q8_0" and tagged.alias == "tiny-GGUF-q8_0"
+    assert str(default.model) == f"hf://{REPO_ID}:Q4_K_M" and default.alias == "tiny-GGUF-Q4_K_M"
+    glob = quant_glob("Q4_K_M")
+    assert [f for f in ("m-Q4_K_M.gguf", "m-q4_k_m.gguf", "m-Q4_K_S.gguf", "m-Q4_K_M.bin") if fnmatchcase(f, glob)] \
+        == ["m-Q4_K_M.gguf", "m-q4_k_m.gguf"]
 
 
 def test_the_command_line_takes_a_hub_model():
@@ -124,6 +141,7 @@ def test_hub_models_download_on_first_load_then_serve_offline(hub, tmp_path, tin
         {"alias": "hub", "model": f"hf://{REPO_ID}/tiny-*32.gguf", "isolation": "thread",
          "clip_model_path": f"hf://{REPO_ID}/mmproj-*.gguf"},
         {"alias": "hub-split", "model": f"hf://{REPO_ID}/split/*.gguf", "isolation": "process"},
+        {"alias": "hub-quant", "model": f"hf://{REPO_ID}:f32", "isolation": "thread"},   # tiny-F32.gguf
     ]
     online = serve(hub, tmp_path, tmp_path / "online", models)
     try:
@@ -133,6 +151,8 @@ def test_hub_models_download_on_first_load_then_serve_offline(hub, tmp_path, tin
         assert sorted(hub.downloads()) == [f"split/tiny-split-F32-0000{k}-of-00003.gguf" for k in (1, 2, 3)]
         assert complete(online, "hub") == expected
         assert image_prompt_tokens(online, "hub") > IMAGE_TOKENS      # its projector came from the hub too
+        assert len(hub.downloads()) == 5
+        assert complete(online, "hub-quant") == expected    # the same file, from the cache
         assert len(hub.downloads()) == 5
         fetched = len(hub.requests)
         assert online.post("/admin/models/hub-split/unload").status_code == 200
