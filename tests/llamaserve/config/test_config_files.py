@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -217,12 +218,15 @@ def test_unreadable_config_files(work, name, text, message):
     ("bad.yaml", "host: x\nmodels:\n  - model: [a\n", "line 4, column 1: invalid YAML: expected ',' or ']'"),
     ("tab.yaml", "host: x\n\tport: 1\n", "line 2, column 1: invalid YAML: found character '\\t'"),
     ("bad.toml", "host = 'x'\nport = \n", "invalid TOML: Invalid value (at line 2, column 8)"),
-    ("bad.json", '{\n"port": 1,\n}\n', "line 3, column 1: invalid JSON: Expecting property name"),
+    # the json module's wording and position for a trailing comma changed in Python 3.13
+    ("bad.json", '{\n"port": 1,\n}\n', r"line (3, column 1|2, column 10): invalid JSON: "
+                                        r"(Expecting property name|Illegal trailing comma)"),
 ])
 def test_syntax_errors_name_the_file_and_line(work, name, text, where):
     path = write(work, f"bad/{name}", text)
     (line,) = problems(path)
-    assert line.startswith(f"{path}: {where}") and "<unicode string>" not in line
+    pattern = where if name.endswith(".json") else re.escape(where)
+    assert re.match(re.escape(f"{path}: ") + pattern, line) and "<unicode string>" not in line
 
 
 def test_missing_config_file(work):
