@@ -49,6 +49,11 @@ LLAMA_CMAKE_FLAGS = [
 ]
 
 
+# the flags of LLAMA_CMAKE_FLAGS (and ccache's) that the chat layer's build takes too
+COMMON_CMAKE_FLAGS = {"-DCMAKE_BUILD_TYPE", "-DCMAKE_POSITION_INDEPENDENT_CODE", "-DCMAKE_CXX_FLAGS",
+                      "-DCMAKE_CXX_COMPILER_LAUNCHER"}
+
+
 def cmake_build_dir(user_args: list[str]) -> Path:
     tag = hashlib.sha1(" ".join(user_args).encode()).hexdigest()[:10] if user_args else "cpu"
     return ROOT / "build" / "llama.cpp" / tag
@@ -102,7 +107,22 @@ def build_llama_cpp() -> Path:
         configured.write_text(wanted)
     jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 2))
     subprocess.run([cmake, "--build", str(build), "--target", "llama", "mtmd", "-j", jobs], check=True)
+    build_common(cmake, source, build, flags, user_args, jobs)
     return build
+
+
+def build_common(cmake: str, source: Path, build: Path, flags: list[str], user_args: list[str], jobs: str) -> None:
+    """llama.cpp's chat layer (vendor/common/CMakeLists.txt) into `build`/llamacore-common, with
+    the flags libllama was built with."""
+    folder = build / "llamacore-common"
+    wanted = "\n".join([*flags, *user_args])
+    configured = folder / "llamacore-cmake-flags.txt"
+    if not (folder / "CMakeCache.txt").exists() or not configured.exists() or configured.read_text() != wanted:
+        common_flags = [f for f in flags if f.split("=", 1)[0] in COMMON_CMAKE_FLAGS]
+        subprocess.run([cmake, "-S", str(ROOT / "vendor" / "common"), "-B", str(folder), f"-DLLAMA_SOURCE={source}",
+                        *common_flags, *user_args, "-Wno-dev", "--no-warn-unused-cli"], check=True)
+        configured.write_text(wanted)
+    subprocess.run([cmake, "--build", str(folder), "-j", jobs], check=True)
 
 
 def cmake_cache_value(build: Path, key: str) -> str | None:
@@ -114,7 +134,8 @@ def cmake_cache_value(build: Path, key: str) -> str | None:
 
 def static_libraries(build: Path) -> list[Path]:
     """The llama.cpp libraries the extension links, in dependency order."""
-    libs = [build / "tools" / "mtmd" / "libmtmd.a", build / "vendor" / "hash" / "libvendor-hash.a",
+    libs = [build / "llamacore-common" / "libllamacore-common.a",
+            build / "tools" / "mtmd" / "libmtmd.a", build / "vendor" / "hash" / "libvendor-hash.a",
             build / "src" / "libllama.a", build / "ggml" / "src" / "libggml.a"]
     backends = sorted(p for p in (build / "ggml" / "src").rglob("libggml-*.a") if p.name != "libggml-base.a")
     return libs + backends + [build / "ggml" / "src" / "libggml-base.a"]
@@ -176,7 +197,7 @@ class BuildWithLlamaCpp(build_ext):
         info = json.dumps(build_info(build), sort_keys=True)
         for ext in self.extensions:
             ext.include_dirs += [str(source / "include"), str(source / "ggml" / "include"),
-                                 str(source / "tools" / "mtmd")]
+                                 str(source / "tools" / "mtmd"), str(source / "common"), str(source / "vendor")]
             ext.extra_link_args += link_args(build)
             # a rebuilt llama.cpp (a new patch, say) relinks the extension even if its sources did not change
             ext.depends += [str(p) for p in static_libraries(build)]

@@ -5,6 +5,7 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
 from libcpp.string cimport string
 from libcpp.vector cimport vector
 
+from llamacore.includes cimport chat as lc
 from llamacore.includes cimport ggml, llama, mtmd
 from llamacore.includes.llama cimport llama_token, llama_pos, llama_seq_id
 
@@ -15,3 +16,4 @@ include "core/context.pxd"
 include "core/sampler.pxd"
 include "core/token_loop.pxd"
 include "core/projector.pxd"
+include "core/chat.pxd"

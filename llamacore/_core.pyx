@@ -24,6 +24,7 @@ include "core/sampler.pyx"
 include "core/token_loop.pyx"
 include "core/projector.pyx"
 include "core/quantize.pyx"
+include "core/chat.pyx"
 
 _backend_init()
 _install_log_callback()

@@ -9,7 +9,7 @@ from typing import Any
 
 from llamacore._llama.host import LlamaHost
 from llamacore._llama.vision_handler import is_vision_handler
-from llamacore.chat import tool_calls
+from llamacore.chat.answer import AnswerFormat
 from llamacore.chat.openai import (
     ChatStream,
     ChoiceOutput,
@@ -19,8 +19,8 @@ from llamacore.chat.openai import (
     chat_chunks,
     usage,
 )
-from llamacore.chat.prompt import chat_prompt, tool_setup
-from llamacore.chat.reasoning import Reasoning, check_format
+from llamacore.chat.prompt import chat_prompt, tool_request
+from llamacore.chat.reasoning import check_format
 from llamacore.generation.processors import LogitsProcessor, StoppingCriteria
 from llamacore.generation.sampling import SamplingParams, check_tfs_z
 from llamacore.llama_grammar import LlamaGrammar
@@ -45,29 +45,31 @@ def create_chat_completion(llm: LlamaHost, messages: list[dict[str, Any]], *, to
         tools = [{"type": "function", "function": f} for f in functions]
         tool_choice = ({"type": "function", "function": function_call} if isinstance(function_call, dict)
                        else function_call)
-    tools, tool_grammar = tool_setup(llm.chat_template, tools, tool_choice)
+    tools, choice = tool_request(tools, tool_choice)
     urls = image_urls(messages)
     images = load_images(llm.projector, urls, llm.media_policy) if urls and llm.projector is not None else None
-    text, tokens, template_stops = chat_prompt(llm.model, llm.chat_template, messages, tools,
-                                               template_kwargs=chat_template_kwargs, projector=llm.projector,
-                                               images=images)
-    reasoning = Reasoning.for_prompt(llm.chat_template, text, reasoning_format)
+    rendered = chat_prompt(llm.model, llm.chat_template, messages, tools, tool_choice=choice,
+                           template_kwargs=chat_template_kwargs, reasoning_format=reasoning_format,
+                           projector=llm.projector, images=images)
+    answer = AnswerFormat(rendered.params, reasoning_format, tools=bool(tools) and choice != "none")
     user_stops = [stop] if isinstance(stop, str) else list(stop or [])
+    tool = rendered.tool_grammar
     params = llm._sampling_params(temperature=temperature, response_format=response_format,
-                                  grammar=grammar or tool_grammar, **_sampling_fields(sampling))
-    events, n_prompt = llm._completion_events(tokens, params, max_tokens=max_tokens,
-                                              stop=template_stops + user_stops, ignore_eos=ignore_eos,
+                                  grammar=grammar or (tool.grammar if tool else None), **_sampling_fields(sampling))
+    if tool is not None and not grammar:        # a lazy tool grammar: free text until a trigger
+        params = dataclasses.replace(params, grammar_patterns=tool.patterns, grammar_tokens=tool.tokens)
+    events, n_prompt = llm._completion_events(rendered.tokens, params, max_tokens=max_tokens,
+                                              stop=rendered.stops + user_stops, ignore_eos=ignore_eos,
                                               logprobs=(top_logprobs or 0) if logprobs else None,
                                               logits_processor=logits_processor, stopping_criteria=stopping_criteria,
                                               stream=stream)
     envelope = Envelope.new("chatcmpl", model or llm.model_path)
-    style = tool_calls.style_for(llm.chat_template) if tools else None
     if stream:
-        return chat_chunks(events, ChatStream(envelope, ChoiceOutput(), style, reasoning))
+        return chat_chunks(events, ChatStream(envelope, ChoiceOutput(), answer))
     output = ChoiceOutput()
     for event in events:
         output.add(event)
-    return envelope.chat([output.chat_choice(style, reasoning)], usage(n_prompt, output.n_generated))
+    return envelope.chat([output.chat_choice(answer)], usage(n_prompt, output.n_generated))
 
 
 def _sampling_fields(kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -168,7 +168,7 @@ def chat_formatter_to_chat_completion_handler(chat_formatter: ChatFormatter) -> 
                                                     stopping_criteria=result.stopping_criteria, stream=stream)
         envelope = Envelope.new("chatcmpl", model or llama.model_path)
         if stream:
-            chunks: Iterator[Any] = chat_chunks(events, ChatStream(envelope, ChoiceOutput(), None, None))
+            chunks: Iterator[Any] = chat_chunks(events, ChatStream(envelope, ChoiceOutput(), None))
             return chunks
         output = ChoiceOutput()
         for event in events:

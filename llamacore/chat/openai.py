@@ -3,8 +3,8 @@
 `Llama` and every llamaserve route build their results here, so the library and the server
 answer alike. The TypedDicts are in llamacore.llama_types (llama-cpp-python's names). A
 `ChoiceOutput` gathers what one choice produced (text, logprob entries with their offsets, the
-finish); `ChatStream` turns a choice's events into chat deltas, holding content back while
-tools are offered so that a tool call comes out as `tool_calls`.
+finish); `ChatStream` turns a choice's events into chat deltas: reasoning_content, content and
+tool_calls as llama.cpp's parser reads them (llamacore.chat.answer), arguments as they grow.
 """
 
 from __future__ import annotations
@@ -16,8 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llamacore._version import __version__
-from llamacore.chat import tool_calls
-from llamacore.chat.reasoning import Reasoning
+from llamacore.chat.answer import AnswerFormat, Delta
 from llamacore.generation.events import Finished, FinishReason, Text, TextEvent
 from llamacore.generation.logprobs import TokenLogprob
 from llamacore.llama_types import (
@@ -46,6 +45,11 @@ SYSTEM_FINGERPRINT = f"b{__version__}"
 
 def new_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex}"
+
+
+def tool_call_id() -> str:
+    """An id for a tool call the model gave none (OpenAI's call_ form)."""
+    return f"call_{uuid.uuid4().hex[:24]}"
 
 
 def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int | None = None) -> CompletionUsage:
@@ -168,57 +172,40 @@ class ChoiceOutput:
         return {"text": prefix + self.text, "index": self.index, "logprobs": lp,
                 "finish_reason": _reason(self.finish.reason if self.finish else None)}
 
-    def chat_choice(self, tool_style: str | None, reasoning: Reasoning | None = None) -> ChatCompletionResponseChoice:
-        """This choice in a `chat.completion`; with a `tool_style`, text that parses as calls becomes tool_calls;
-        with `reasoning`, a thinking block becomes reasoning_content."""
-        message, finish = assistant_message(self.text, self.finish.reason if self.finish else None, tool_style,
-                                            reasoning)
+    def chat_choice(self, answer: AnswerFormat | None) -> ChatCompletionResponseChoice:
+        """This choice in a `chat.completion`; with `answer` (a chat's format), the text is read as
+        llama.cpp reads it: reasoning_content and tool_calls split off the content."""
+        message, finish = assistant_message(self.text, self.finish.reason if self.finish else None, answer)
         return {"index": self.index, "message": message,
                 "logprobs": chat_logprobs(self.entries) if self.entries else None,
                 "finish_reason": _reason(finish)}
 
 
-def assistant_message(text: str, finish: FinishReason | None, tool_style: str | None,
-                      reasoning: Reasoning | None = None) -> tuple[ChatCompletionResponseMessage, FinishReason | None]:
-    """The assistant message for generated text and its finish reason (tool_calls when calls parsed); with
-    `reasoning`, the thinking block is split off into reasoning_content and the rest is the answer."""
-    if reasoning is None:
-        return _answer_message(text, finish, tool_style)
-    thought, answer = reasoning.split(text)
-    message, finish = _answer_message(answer, finish, tool_style)
-    if thought:
-        message["reasoning_content"] = thought
+def assistant_message(text: str, finish: FinishReason | None,
+                      answer: AnswerFormat | None) -> tuple[ChatCompletionResponseMessage, FinishReason | None]:
+    """The assistant message for generated text and its finish reason (tool_calls when the model called
+    tools). An answer cut by max_tokens is read as far as it goes: a call it cut keeps its partial arguments."""
+    if answer is None:
+        return {"role": "assistant", "content": text}, finish
+    message: Any = answer.message(text, tool_call_id, complete=finish is not FinishReason.LENGTH)
+    if message.get("tool_calls") and finish is not FinishReason.LENGTH:
+        finish = FinishReason.TOOL_CALLS
     return message, finish
 
 
-def _answer_message(text: str, finish: FinishReason | None,
-                    tool_style: str | None) -> tuple[ChatCompletionResponseMessage, FinishReason | None]:
-    if tool_style is not None:
-        content, calls = tool_calls.parse(text, tool_style)
-        if calls:
-            message: ChatCompletionResponseMessage = {"role": "assistant", "content": content,
-                                                      "tool_calls": calls}  # type: ignore[typeddict-item]
-            return message, FinishReason.TOOL_CALLS
-        if finish is FinishReason.LENGTH:       # cut inside a call: its partial arguments, never markup
-            content, calls = tool_calls.parse_partial(text, tool_style)
-            if calls:
-                return {"role": "assistant", "content": content, "tool_calls": calls}, finish  # type: ignore[typeddict-item]
-    return {"role": "assistant", "content": text}, finish
-
-
 class ChatStream:
-    """Chat chunks of one choice: the role first, then content deltas, then the finish.
+    """Chat chunks of one choice: the role first, then deltas, then the finish.
 
-    With tools offered (`tool_style` set), content is held until the end so that text which
-    parses as tool calls is sent as one `tool_calls` delta instead of as content. With `reasoning`,
-    a thinking block streams as `reasoning_content` deltas (never held).
+    With `answer` (a chat's format), deltas are llama.cpp's reading of the text so far: reasoning as
+    `reasoning_content`, the answer as `content`, and each tool call as a `tool_calls` delta with its
+    index, id and name, then its `arguments` as they are generated. Markup that may become a tool
+    call is held back until it is one or turns out not to be.
     """
 
-    def __init__(self, envelope: Envelope, output: ChoiceOutput, tool_style: str | None,
-                 reasoning: Reasoning | None = None) -> None:
-        self.envelope, self.output, self.tool_style = envelope, output, tool_style
-        self.reasoning = reasoning
-        self.splitter = reasoning.splitter() if reasoning is not None else None
+    def __init__(self, envelope: Envelope, output: ChoiceOutput, answer: AnswerFormat | None) -> None:
+        self.envelope, self.output = envelope, output
+        self.reader = answer.reader(tool_call_id, stream=True) if answer is not None else None
+        self.called = False
 
     def start(self) -> CreateChatCompletionStreamResponse:
         return self.envelope.chat_chunk(self.output.index, {"role": "assistant", "content": None})
@@ -233,41 +220,48 @@ class ChatStream:
         index, chunk = self.output.index, self.envelope.chat_chunk
         if isinstance(event, Text):
             lp = chat_logprobs([event.logprob]) if event.logprob is not None else None
-            if self.splitter is not None:
-                return self._split_chunks(self.splitter.push(event.text), lp)
-            if self.tool_style is not None or not (event.text or event.logprob is not None):
+            if self.reader is not None:
+                return self._delta_chunks(self.reader.push(event.text), lp)
+            if not (event.text or event.logprob is not None):
                 return []
             return [chunk(index, {"content": event.text}, None, lp)]
-        out = self._split_chunks(self.splitter.finish(), None) if self.splitter is not None else []
-        if self.tool_style is None:
-            return [*out, chunk(index, {}, event.reason)]
-        message, finish = assistant_message(self.output.text, event.reason, self.tool_style, self.reasoning)
-        if message.get("content"):
-            out.append(chunk(index, {"content": message["content"]}))
-        if "tool_calls" in message:
-            calls = [{"index": i, **call} for i, call in enumerate(message["tool_calls"])]
-            out.append(chunk(index, {"tool_calls": calls}))    # type: ignore[typeddict-item]
-        out.append(chunk(index, {}, finish))
-        return out
+        reason = event.reason
+        if self.reader is None:
+            return [chunk(index, {}, reason)]
+        out = self._delta_chunks(self.reader.finish(), None) if reason is not FinishReason.LENGTH else []
+        if self.called and reason is not FinishReason.LENGTH:
+            reason = FinishReason.TOOL_CALLS
+        return [*out, chunk(index, {}, reason)]
 
-    def _split_chunks(self, parts: list[tuple[str, str]],
+    def _delta_chunks(self, deltas: list[Delta],
                       lp: ChatCompletionLogprobs | None) -> list[CreateChatCompletionStreamResponse]:
-        """Deltas for a splitter's (kind, text) parts; content is held while tools are offered. A token's
-        logprobs go with its first delta (or an empty content delta when it released none)."""
+        """A chunk per delta; a token's logprobs go with its first (or an empty content delta)."""
         out = []
-        for kind, text in parts:
-            if kind == "reasoning":
-                delta: ChatCompletionStreamResponseDelta = {"reasoning_content": text}
-            elif self.tool_style is None:
-                delta = {"content": text}
-            else:
-                continue
-            out.append(self.envelope.chat_chunk(self.output.index, delta, None, lp))
-            lp = None
-        if lp is not None and self.tool_style is None:
+        for d in deltas:
+            for delta in _openai_deltas(d):
+                if "tool_calls" in delta:
+                    self.called = True
+                out.append(self.envelope.chat_chunk(self.output.index, delta, None, lp))
+                lp = None
+        if lp is not None:
             out.append(self.envelope.chat_chunk(self.output.index, {"content": ""}, None, lp))
         return out
 
+
+def _openai_deltas(d: Delta) -> list[ChatCompletionStreamResponseDelta]:
+    out: list[Any] = []
+    if d.reasoning:
+        out.append({"reasoning_content": d.reasoning})
+    if d.content:
+        out.append({"content": d.content})
+    if d.tool_index >= 0:
+        call: dict[str, Any] = {"index": d.tool_index}
+        if d.tool_id or d.tool_name:
+            call |= {"id": d.tool_id, "type": "function", "function": {"name": d.tool_name, "arguments": d.arguments}}
+        else:
+            call["function"] = {"arguments": d.arguments}
+        out.append({"tool_calls": [call]})
+    return out
 
 
 def chat_chunks(events: Iterator[TextEvent], stream: ChatStream) -> Iterator[CreateChatCompletionStreamResponse]:
@@ -281,5 +275,5 @@ __all__ = [
     "CompletionUsage", "CreateChatCompletionResponse", "CreateChatCompletionStreamResponse",
     "CreateCompletionResponse", "CreateCompletionStreamResponse", "CreateEmbeddingResponse", "Embedding",
     "EmbeddingUsage", "Envelope", "assistant_message", "chat_chunks", "chat_logprobs", "completion_logprobs",
-    "embedding_response", "new_id", "usage",
+    "embedding_response", "new_id", "tool_call_id", "usage",
 ]

@@ -1,13 +1,17 @@
-"""The chat pipeline that both the server and `Llama` use: template resolution, the rendered and
-tokenized prompt, structured output (`response_format` as GBNF) and the tools a request offers."""
+"""The chat pipeline that both the server and `Llama` use: template resolution, the prompt rendered by
+llama.cpp's chat layer and tokenized, the tool-call grammar with its triggers, and structured output
+(`response_format` as GBNF)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from llamacore.chat import tool_calls
-from llamacore.chat.templates import message_text, render_chat, resolve_template
+from llamacore._core import ChatParams, regex_escape
+from llamacore.chat import native
+from llamacore.chat.templates import message_text, resolve_template
 from llamacore.grammar.cache import GrammarCache, default_cache
 from llamacore.vision.prompt import MEDIA_MARKER, tokenize_with_images
 
@@ -52,31 +56,31 @@ def grammar_for(response_format: dict[str, Any] | None, *, whitespace: str = "co
     raise ValueError(f"unsupported response_format type {kind!r} (expected text, json_object or json_schema)")
 
 
-def _special_text(model: Model, token: int) -> str:
-    return model.token_to_piece(token, True).decode("utf-8", "replace") if token >= 0 else ""
+@dataclass(frozen=True)
+class ToolGrammar:
+    """The grammar that constrains a model's tool calls, as llama.cpp builds it for the template: lazy
+    (free text until a trigger pattern matches or a trigger token is sampled) unless a call is forced."""
+
+    grammar: str
+    patterns: tuple[str, ...] = ()
+    tokens: tuple[int, ...] = ()
+
+    @property
+    def lazy(self) -> bool:
+        return bool(self.patterns or self.tokens)
 
 
-def prompt_text(model: Model, template: str, messages: list[dict[str, Any]], tools: list | None,
-                add_generation_prompt: bool = True, *, template_kwargs: Mapping[str, Any] | None = None,
-                continue_final_message: bool = False, media_marker: str | None = None) -> str:
-    """The prompt `template` renders for `messages`, ending with the assistant's turn opened (unless
-    `add_generation_prompt` is false); `template_kwargs` are extra template variables (enable_thinking, ...).
+@dataclass(frozen=True)
+class RenderedChat:
+    """A rendered chat: its text and tokens, the stop strings it implies, the special tokens its answer
+    keeps as text, the tool-call grammar (None without one) and llama.cpp's params for reading the answer."""
 
-    With `continue_final_message` the last message (the assistant's) is not closed: the prompt is the
-    conversation before it with the assistant's turn opened, then its text, which the model continues
-    (a "prefill", as llama-server, Ollama and Anthropic's API do it).
-    """
-    if not messages:
-        raise ValueError("messages must contain at least one message")
-    bos, eos = _special_text(model, model.token_bos), _special_text(model, model.token_eos)
-    if continue_final_message:
-        if not continues(messages):
-            raise ValueError("continue_final_message needs a last message from the assistant with text")
-        prefix = render_chat(template, messages[:-1], bos_token=bos, eos_token=eos, add_generation_prompt=True,
-                             tools=tools, media_marker=media_marker, **dict(template_kwargs or {}))
-        return prefix + message_text(messages[-1])
-    return render_chat(template, messages, bos_token=bos, eos_token=eos, add_generation_prompt=add_generation_prompt,
-                       tools=tools, media_marker=media_marker, **dict(template_kwargs or {}))
+    text: str
+    tokens: list[int]
+    stops: list[str]
+    preserved: frozenset[int]
+    tool_grammar: ToolGrammar | None
+    params: ChatParams
 
 
 def continues(messages: list[dict[str, Any]]) -> bool:
@@ -85,52 +89,93 @@ def continues(messages: list[dict[str, Any]]) -> bool:
     return last.get("role") == "assistant" and not last.get("tool_calls") and bool(message_text(last))
 
 
-def prompt_tokens(model: Model, template: str, messages: list[dict[str, Any]], tools: list | None, *,
-                  template_kwargs: Mapping[str, Any] | None = None) -> tuple[list[int], list[str]]:
-    """Rendered, tokenized prompt and the stop strings the template implies."""
-    _, tokens, stops = chat_prompt(model, template, messages, tools, template_kwargs=template_kwargs)
-    return tokens, stops
-
-
 def chat_prompt(model: Model, template: str, messages: list[dict[str, Any]], tools: list | None, *,
-                template_kwargs: Mapping[str, Any] | None = None, add_generation_prompt: bool = True,
-                continue_final_message: bool = False, projector: Projector | None = None,
-                images: list[Image] | None = None) -> tuple[str, list[int], list[str]]:
-    """The rendered prompt, its tokens and the stop strings the template implies.
+                tool_choice: str = "auto", template_kwargs: Mapping[str, Any] | None = None,
+                add_generation_prompt: bool = True, continue_final_message: bool = False,
+                reasoning_format: str = "auto", parallel_tool_calls: bool | None = None,
+                projector: Projector | None = None, images: list[Image] | None = None) -> RenderedChat:
+    """`messages` rendered by llama.cpp's chat layer with `tools` offered (llamacore.chat.native), and tokenized.
 
-    `images` (with their `projector`) are the image parts of `messages` in order, already loaded;
-    the tokens are then MediaTokens (llamacore.vision.prompt).
+    With `continue_final_message` the last message (the assistant's) is left open for the model to
+    continue (a "prefill", as llama-server, Ollama and Anthropic's API do it). `images` (with their
+    `projector`) are the image parts of `messages` in order, already loaded; the tokens are then
+    MediaTokens (llamacore.vision.prompt). ValueError when the template or messages cannot be used.
     """
-    text = prompt_text(model, template, messages, tools, add_generation_prompt, template_kwargs=template_kwargs,
-                       continue_final_message=continue_final_message,
-                       media_marker=MEDIA_MARKER if projector is not None else None)
+    if not messages:
+        raise ValueError("messages must contain at least one message")
+    if continue_final_message and not continues(messages):
+        raise ValueError("continue_final_message needs a last message from the assistant with text")
+    params = native.render(native.for_model(model, template), messages, tools=tools, tool_choice=tool_choice,
+                           parallel_tool_calls=parallel_tool_calls, add_generation_prompt=add_generation_prompt,
+                           continue_final_message=continue_final_message, template_kwargs=template_kwargs,
+                           reasoning_format=reasoning_format,
+                           media_marker=MEDIA_MARKER if projector is not None else None)
+    text = params.prompt
     if projector is not None:
         tokens: list[int] = tokenize_with_images(projector, model, text, images or [])
     else:
         tokens = model.tokenize(text, add_special=False, parse_special=True)
         if model.add_bos and (not tokens or tokens[0] != model.token_bos):
             tokens.insert(0, model.token_bos)
-    stops = [m for m in TURN_END_MARKERS if m in template]
-    return text, tokens, stops
+    stops = [m for m in TURN_END_MARKERS if m in template] + params.additional_stops
+    preserved = frozenset(t for t in map(partial(_single_token, model), params.preserved_tokens) if t is not None)
+    return RenderedChat(text, tokens, list(dict.fromkeys(stops)), preserved, _tool_grammar(model, params, preserved),
+                        params)
 
 
-def tool_setup(template: str, tools: list | None, tool_choice: Any) -> tuple[list | None, str | None]:
-    """Tools to render and a grammar that forces a call when tool_choice demands one."""
-    if not tools or tool_choice == "none":
-        return (None if tool_choice == "none" else tools), None
-    style = tool_calls.style_for(template)
-    if tool_choice == "required":
-        _tool_functions(tools)
-        return tools, tool_calls.forcing_grammar(tools, style)
+def _single_token(model: Model, text: str) -> int | None:
+    ids = model.tokenize(text, add_special=False, parse_special=True)
+    return ids[0] if len(ids) == 1 else None
+
+
+def _tool_grammar(model: Model, params: ChatParams, preserved: frozenset[int]) -> ToolGrammar | None:
+    """llama.cpp's triggers as the sampler takes them (common/sampling.cpp, llama-server's schema):
+    a trigger word that is one preserved token triggers on that token, other words as escaped patterns."""
+    if not params.grammar:
+        return None
+    if not params.grammar_lazy:
+        return ToolGrammar(params.grammar)
+    patterns: list[str] = []
+    tokens: list[int] = []
+    for kind, value, token in params.grammar_triggers:
+        if kind == "word":
+            single = _single_token(model, value)
+            if single is not None and single in preserved:
+                tokens.append(single)
+            else:
+                patterns.append(regex_escape(value))
+        elif kind == "pattern":
+            patterns.append(value)
+        elif kind == "pattern_full":
+            patterns.append(("" if value.startswith("^") else "^") + value + ("" if value.endswith("$") else "$")
+                            if value else "^$")
+        else:
+            tokens.append(token)
+    if not patterns and not tokens:
+        raise ValueError("the template's tool-call grammar is lazy but has no triggers")
+    return ToolGrammar(params.grammar, tuple(patterns), tuple(tokens))
+
+
+def tool_request(tools: list | None, tool_choice: Any) -> tuple[list | None, str]:
+    """The tools to render and llama.cpp's tool_choice (auto, required or none) for an OpenAI request:
+    a named function ({"type": "function", "function": {"name": ...}}) offers that tool alone, required."""
+    if tool_choice is None:
+        tool_choice = "auto"
+    if not tools:
+        if tool_choice not in ("auto", "none"):
+            raise ValueError("tool_choice needs tools")
+        return None, "none"
+    functions = _tool_functions(tools)
     if isinstance(tool_choice, dict):
-        functions = _tool_functions(tools)
         chosen_fn = tool_choice.get("function")
         name = chosen_fn.get("name") if isinstance(chosen_fn, dict) else None
         chosen = [t for t, fn in zip(tools, functions) if fn["name"] == name]
         if not chosen:
             raise ValueError(f"tool_choice names function {name!r}, which is not among the tools")
-        return tools, tool_calls.forcing_grammar(chosen, style)
-    return tools, None
+        return chosen, "required"
+    if tool_choice not in ("auto", "required", "none"):
+        raise ValueError(f"tool_choice must be auto, required, none or a function, not {tool_choice!r}")
+    return tools, tool_choice
 
 
 def _tool_functions(tools: list) -> list[dict[str, Any]]:
@@ -146,5 +191,5 @@ def _tool_functions(tools: list) -> list[dict[str, Any]]:
     return functions
 
 
-__all__ = ["TURN_END_MARKERS", "chat_prompt", "continues", "grammar_for", "prompt_text", "prompt_tokens", "resolve",
-           "tool_setup"]
+__all__ = ["TURN_END_MARKERS", "RenderedChat", "ToolGrammar", "chat_prompt", "continues", "grammar_for", "resolve",
+           "tool_request"]

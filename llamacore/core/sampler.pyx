@@ -84,8 +84,13 @@ cdef class Sampler:
         # llama.cpp copies the array: it need not outlive the call
         return self._add(llama.llama_sampler_init_logit_bias(model.n_vocab, arr.size(), arr.data()), "logit_bias")
 
-    def grammar(self, Model model not None, str grammar, str root="root"):
-        """Constrain tokens to a GBNF grammar; ValueError with llama.cpp's reason if it does not parse."""
+    def grammar(self, Model model not None, str grammar, str root="root", trigger_patterns=None, trigger_tokens=None):
+        """Constrain tokens to a GBNF grammar; ValueError with llama.cpp's reason if it does not parse.
+
+        With `trigger_patterns` (regular expressions) or `trigger_tokens`, the grammar is lazy, as
+        llama.cpp's tool-call grammars are: tokens are free until the text matches a pattern (from its
+        first group on) or a trigger token is sampled, and constrained from there.
+        """
         if not grammar.strip():
             raise ValueError("grammar is empty")
         late = [st for st in self.stages if st in _TRUNCATING_STAGES or st in _SELECTING_STAGES]
@@ -96,8 +101,20 @@ cdef class Sampler:
                              f"the full candidate list before it is truncated or a token is selected")
         cdef bytes g = grammar.encode()
         cdef bytes r = root.encode()
+        cdef list patterns = [p.encode() for p in (trigger_patterns or ())]
+        cdef vector[const char *] c_patterns
+        cdef vector[llama_token] c_tokens
+        for p in patterns:
+            c_patterns.push_back(<const char *> p)
+        for t in (trigger_tokens or ()):
+            model._check_token(int(t))
+            c_tokens.push_back(int(t))
         _error_mark()
-        self._add(llama.llama_sampler_init_grammar(model.vocab, g, r), "grammar")
+        if c_patterns.empty() and c_tokens.empty():
+            self._add(llama.llama_sampler_init_grammar(model.vocab, g, r), "grammar")
+        else:
+            self._add(llama.llama_sampler_init_grammar_lazy_patterns(
+                model.vocab, g, r, c_patterns.data(), c_patterns.size(), c_tokens.data(), c_tokens.size()), "grammar")
         self.n_vocab = model.n_vocab
         return self
 

@@ -24,6 +24,9 @@ class SamplingParams:
     seed: int | None = None
     logit_bias: dict[int, float] = field(default_factory=dict)
     grammar: str | None = None
+    # a lazy grammar (llama.cpp's tool-call grammars): free until a pattern matches or a token is sampled
+    grammar_patterns: tuple[str, ...] = ()
+    grammar_tokens: tuple[int, ...] = ()
 
     def validate(self) -> None:
         """Reject values llama.cpp would misbehave on, with the parameter's name."""
@@ -48,7 +51,8 @@ class SamplingParams:
         if self.logit_bias:
             chain.logit_bias(model, self.logit_bias)
         if self.grammar:
-            chain.grammar(model, self.grammar)
+            chain.grammar(model, self.grammar, trigger_patterns=self.grammar_patterns or None,
+                          trigger_tokens=self.grammar_tokens or None)
         if self.repeat_penalty != 1.0 or self.presence_penalty or self.frequency_penalty:
             chain.penalties(self.penalty_last_n, self.repeat_penalty, self.frequency_penalty,
                             self.presence_penalty)

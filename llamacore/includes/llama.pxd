@@ -349,6 +349,11 @@ cdef extern from "llama.h" nogil:
     llama_sampler * llama_sampler_init_mirostat(int32_t n_vocab, uint32_t seed, float tau, float eta, int32_t m)
     llama_sampler * llama_sampler_init_mirostat_v2(uint32_t seed, float tau, float eta)
     llama_sampler * llama_sampler_init_grammar(const llama_vocab * vocab, const char * grammar_str, const char * grammar_root)
+    llama_sampler * llama_sampler_init_grammar_lazy_patterns(const llama_vocab * vocab, const char * grammar_str,
+                                                             const char * grammar_root, const char ** trigger_patterns,
+                                                             size_t num_trigger_patterns,
+                                                             const llama_token * trigger_tokens,
+                                                             size_t num_trigger_tokens)
     llama_sampler * llama_sampler_init_penalties(int32_t n_vocab, int32_t penalty_last_n, float penalty_repeat, float penalty_freq, float penalty_present)
     llama_sampler * llama_sampler_init_logit_bias(int32_t n_vocab, int32_t n_logit_bias, const llama_logit_bias * logit_bias)
     uint32_t llama_sampler_get_seed(const llama_sampler * smpl)

@@ -9,13 +9,14 @@ they agree on the prompt a model sees.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from llamacore.chat import tool_calls
-from llamacore.chat.prompt import tool_setup
-from llamacore.chat.reasoning import Reasoning
+from llamacore.chat.answer import AnswerFormat
+from llamacore.chat.prompt import ToolGrammar, tool_request
+from llamacore.generation.sampling import SamplingParams
 from llamaserve.config.settings import ModelEntry, ServerConfig
 from llamaserve.models.loaded import Loaded
 from llamaserve.serving.thinking import chat_input
@@ -29,19 +30,29 @@ class ToolsRefused(ValueError):
 @dataclass(frozen=True)
 class ChatPrompt:
     """A chat request's prompt: the template it rendered with, the tools rendered into it, the grammar
-    a forced tool call needs, its tokens, the template's stop strings and how reasoning is split off."""
+    of the model's tool calls, its tokens, the stop strings, the special tokens the answer keeps as
+    text, and how the answer is read (content, reasoning, tool calls)."""
 
     template: str
     tools: list | None
-    tool_grammar: str | None
+    tool_grammar: ToolGrammar | None
     tokens: list[int]
     stops: list[str]
-    reasoning: Reasoning | None
+    preserved: frozenset[int]
+    answer: AnswerFormat
 
-    @property
-    def tool_style(self) -> str | None:
-        """How the model writes tool calls (llamacore.chat.tool_calls), when tools were offered."""
-        return tool_calls.style_for(self.template) if self.tools else None
+    def sampling(self, base: SamplingParams) -> SamplingParams:
+        """`base` with the tool-call grammar. A request's own grammar (or response_format) replaces a lazy
+        tool grammar (calls are then still read, not constrained); with a forced call, ValueError."""
+        tool = self.tool_grammar
+        if tool is None:
+            return base
+        if base.grammar:
+            if not tool.lazy:
+                raise ValueError("grammar cannot be combined with a tool_choice that forces a call")
+            return base
+        return dataclasses.replace(base, grammar=tool.grammar, grammar_patterns=tool.patterns,
+                                   grammar_tokens=tool.tokens)
 
 
 async def prepare_chat(config: ServerConfig, loaded: Loaded, entry: ModelEntry, messages: list[dict[str, Any]],
@@ -53,17 +64,19 @@ async def prepare_chat(config: ServerConfig, loaded: Loaded, entry: ModelEntry, 
     ValueError (MediaError included) for messages, images or template variables that cannot be used."""
     template = loaded.chat_template(entry)
     try:
-        rendered_tools, tool_grammar = tool_setup(template, tools, tool_choice)
+        rendered_tools, choice = tool_request(tools, tool_choice)
     except ValueError as exc:
         raise ToolsRefused(str(exc)) from None
     engine_projector = loaded.engine.projector if loaded.engine is not None else None
     projector, images = await load_message_images(config, engine_projector, entry.alias, messages)
     prompt = await prompt_off_loop(
-        images, chat_input, loaded.model, entry, template, messages, rendered_tools,
+        chat_input, loaded.model, entry, template, messages, rendered_tools, choice,
         reasoning_format=reasoning_format, chat_template_kwargs=chat_template_kwargs,
         reasoning_effort=reasoning_effort, add_generation_prompt=add_generation_prompt,
         continue_final_message=continue_final_message, projector=projector, images=images)
-    return ChatPrompt(template, rendered_tools, tool_grammar, prompt.tokens, prompt.stops, prompt.reasoning)
+    rendered = prompt.rendered
+    return ChatPrompt(template, rendered_tools, rendered.tool_grammar, rendered.tokens, rendered.stops,
+                      rendered.preserved, prompt.answer)
 
 
 __all__ = ["ChatPrompt", "ToolsRefused", "prepare_chat"]

@@ -37,7 +37,7 @@ def cached_tokens(choices: list[Choice], n: int = 1) -> int:
 
 def run_choices(engine: EngineClient, choices: list[Choice], stack: AsyncExitStack, *, max_tokens: int | None,
                 adapters: AdapterKey, stops: list[str], n_logprobs: int | None, ignore_eos: bool,
-                metrics: Metrics, model_name: str) -> ChoiceEvents[TextEvent]:
+                metrics: Metrics, model_name: str, preserved: frozenset[int] = frozenset()) -> ChoiceEvents[TextEvent]:
     """Every Text/Finished event of every choice as produced (choices decode together in the engine).
 
     Sampling parameters are checked and the choices submitted now (RequestError, or the engine's
@@ -47,30 +47,31 @@ def run_choices(engine: EngineClient, choices: list[Choice], stack: AsyncExitSta
     """
     gens = _submit(engine, choices, stack, max_tokens=max_tokens, adapters=adapters, stops=stops,
                    n_logprobs=n_logprobs, ignore_eos=ignore_eos, metrics=metrics, model_name=model_name,
-                   progress=False)
+                   progress=False, preserved=preserved)
     return ChoiceEvents(cast(AsyncIterator[tuple[Choice, TextEvent]], _run(gens, choices)))
 
 
 def run_choices_reporting(engine: EngineClient, choices: list[Choice], stack: AsyncExitStack, *,
                           max_tokens: int | None, adapters: AdapterKey, stops: list[str], n_logprobs: int | None,
                           ignore_eos: bool, metrics: Metrics, model_name: str,
-                          progress: bool) -> ChoiceEvents[ChoiceEvent]:
+                          progress: bool, preserved: frozenset[int] = frozenset()) -> ChoiceEvents[ChoiceEvent]:
     """As run_choices; with `progress`, a Progress event when a prompt starts and after each of its
     decoded batches (llama-server's return_progress)."""
     gens = _submit(engine, choices, stack, max_tokens=max_tokens, adapters=adapters, stops=stops,
                    n_logprobs=n_logprobs, ignore_eos=ignore_eos, metrics=metrics, model_name=model_name,
-                   progress=progress)
+                   progress=progress, preserved=preserved)
     return ChoiceEvents(_run(gens, choices))
 
 
 def _submit(engine: EngineClient, choices: list[Choice], stack: AsyncExitStack, *, max_tokens: int | None,
             adapters: AdapterKey, stops: list[str], n_logprobs: int | None, ignore_eos: bool,
-            metrics: Metrics, model_name: str, progress: bool) -> list[Generation]:
+            metrics: Metrics, model_name: str, progress: bool, preserved: frozenset[int]) -> list[Generation]:
     """Submit the choices (they decode together in the engine); their events are recorded in each
     Choice as `_run` yields them. Sampling parameters are checked and the choices submitted now
     (RequestError, or the engine's QueueFullError), before a streamed response has started. Closing ``stack``
     cancels whatever is still running: a client that leaves before the response body starts never
-    runs the iterator's own cleanup.
+    runs the iterator's own cleanup. `preserved`: special tokens whose text the answer keeps (a chat
+    template's tool-call and thinking markers); other special tokens are no text.
     """
     if len(choices) > engine.capacity:     # a 503 would invite retries that can never succeed
         raise RequestError(f"{len(choices)} completions (prompts x n) exceed what this model can run or "
@@ -90,7 +91,7 @@ def _submit(engine: EngineClient, choices: list[Choice], stack: AsyncExitStack, 
     for c in choices:                   # submitted now: a full queue is refused before any streamed response
         gens.append(generate(engine, c.tokens, c.sampling, max_tokens=max_tokens, adapters=adapters,
                              stops=stops, n_logprobs=n_logprobs, ignore_eos=ignore_eos, metrics=metrics,
-                             model_name=model_name, progress=progress))
+                             model_name=model_name, progress=progress, preserved=preserved))
         c.timings = gens[-1].timings
     return gens
 

@@ -37,7 +37,8 @@ from llamaserve.serving.mailbox import Mailbox
 
 def generate(engine: EngineClient, tokens: list[int], sampling: SamplingParams, *, max_tokens: int | None,
              adapters: AdapterKey, stops: list[str], n_logprobs: int | None, ignore_eos: bool,
-             metrics: Metrics, model_name: str, progress: bool = False) -> Generation:
+             metrics: Metrics, model_name: str, progress: bool = False,
+             preserved: frozenset[int] = frozenset()) -> Generation:
     """Submit the request to the engine now, and return its Text events as text becomes safe to send, then one Finished.
 
     Submitting before the first iteration lets a full queue (QueueFullError) or a bad request
@@ -62,7 +63,7 @@ def generate(engine: EngineClient, tokens: list[int], sampling: SamplingParams, 
                      progress=progress, images=images_of(tokens))
     timings = Timings(time.monotonic(), n_prompt=len(tokens))
     engine.submit(req)
-    return Generation(req, _texts(engine, req, events, timings, stops, metrics, model_name), timings)
+    return Generation(req, _texts(engine, req, events, timings, stops, metrics, model_name, preserved), timings)
 
 
 @dataclass
@@ -124,7 +125,8 @@ class Generation:
 
 
 async def _texts(engine: EngineClient, req: GenRequest, events: asyncio.Queue[EngineEvent], timings: Timings,
-                 stops: list[str], metrics: Metrics, model_name: str) -> AsyncGenerator[TextEvent | Progress, None]:
+                 stops: list[str], metrics: Metrics, model_name: str,
+                 preserved: frozenset[int]) -> AsyncGenerator[TextEvent | Progress, None]:
     stream = TextStream(stops)
     first, count, finished = None, 0, False
     try:
@@ -142,7 +144,7 @@ async def _texts(engine: EngineClient, req: GenRequest, events: asyncio.Queue[En
                 if first is None:
                     first = timings.first_token = time.monotonic()
                     metrics.ttft.labels(model_name).observe(first - timings.submitted)
-                text = stream.push(engine.model.token_to_piece(event.id))
+                text = stream.push(engine.model.token_to_piece(event.id, event.id in preserved))
                 if text or event.logprob is not None:
                     yield Text(text, event.logprob)
                 if stream.stopped:

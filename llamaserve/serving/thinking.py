@@ -1,4 +1,5 @@
-"""A chat request's prompt on a model, with llama-server's thinking settings (llamacore.chat.reasoning).
+"""A chat request's prompt on a model, with llama-server's thinking settings (llamacore.chat.reasoning)
+and how its answer is read (llamacore.chat.answer).
 
 The model entry gives `reasoning` (on/off/auto), `reasoning_format` and `chat_template_kwargs`;
 a request may set its own reasoning_format, chat_template_kwargs (merged over the model's) and
@@ -13,24 +14,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from llamacore import Image, Model, Projector
-from llamacore.chat.prompt import chat_prompt, continues
-from llamacore.chat.reasoning import Reasoning, template_kwargs
+from llamacore.chat.answer import AnswerFormat
+from llamacore.chat.prompt import RenderedChat, chat_prompt, continues
+from llamacore.chat.reasoning import check_format
+from llamacore.chat.thinking import template_kwargs
 from llamaserve.config.settings import ModelEntry
 
 
 @dataclass(frozen=True)
 class ChatInput:
-    """A rendered chat prompt: its text and tokens, the template's stop strings, and how the answer's
-    reasoning is split off (None: it is not)."""
+    """A rendered chat prompt (text, tokens, stops, tool grammar, ...) and how its answer is read."""
 
-    text: str
-    tokens: list[int]
-    stops: list[str]
-    reasoning: Reasoning | None
+    rendered: RenderedChat
+    answer: AnswerFormat
 
 
 def chat_input(model: Model, entry: ModelEntry, template: str, messages: list[dict[str, Any]],
-               tools: list | None, *, reasoning_format: str | None = None,
+               tools: list | None, tool_choice: str = "auto", *, reasoning_format: str | None = None,
                chat_template_kwargs: Mapping[str, Any] | None = None,
                reasoning_effort: str | None = None, add_generation_prompt: bool | None = None,
                continue_final_message: bool | None = None, projector: Projector | None = None,
@@ -40,11 +40,12 @@ def chat_input(model: Model, entry: ModelEntry, template: str, messages: list[di
     parts, loaded, for a model with a vision `projector`."""
     kwargs = kwargs_for(entry, template, chat_template_kwargs, reasoning_effort)
     add, cont = continuation(messages, add_generation_prompt, continue_final_message)
-    text, tokens, stops = chat_prompt(model, template, messages, tools, template_kwargs=kwargs,
-                                      add_generation_prompt=add, continue_final_message=cont,
-                                      projector=projector, images=images)
-    reasoning = Reasoning.for_prompt(template, text, reasoning_format or entry.reasoning_format)
-    return ChatInput(text, tokens, stops, reasoning)
+    fmt = check_format(reasoning_format or entry.reasoning_format)
+    rendered = chat_prompt(model, template, messages, tools, tool_choice=tool_choice, template_kwargs=kwargs,
+                           add_generation_prompt=add, continue_final_message=cont, reasoning_format=fmt,
+                           projector=projector, images=images)
+    answer = AnswerFormat(rendered.params, fmt, tools=bool(tools) and tool_choice != "none", continuation=cont)
+    return ChatInput(rendered, answer)
 
 
 def continuation(messages: list[dict[str, Any]], add_generation_prompt: bool | None,

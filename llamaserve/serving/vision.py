@@ -35,9 +35,8 @@ async def load_message_images(config: ServerConfig, projector: Projector | None,
     return projector, await run_sync(load_images, projector, urls, config.media)
 
 
-async def prompt_off_loop(images: list[Any] | None, build: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
-    """build(*args, **kwargs) for a prompt: on a worker thread when it has images (laying them out
-    decodes them, and for a model in a worker process waits on that process), else right here."""
-    if images:
-        return await run_sync(partial(build, *args, **kwargs))
-    return build(*args, **kwargs)
+async def prompt_off_loop(build: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """build(*args, **kwargs) for a prompt, on a worker thread: rendering (llama.cpp's chat layer releases
+    the GIL) and tokenizing take milliseconds, and images are decoded while laid out (for a model in a
+    worker process, waiting on that process)."""
+    return await run_sync(partial(build, *args, **kwargs))

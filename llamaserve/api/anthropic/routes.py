@@ -6,7 +6,6 @@ the shapes differ (llamaserve.api.anthropic.protocol). Errors on these routes us
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import AsyncGenerator
 from contextlib import AsyncExitStack
@@ -15,9 +14,9 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from llamacore.chat.openai import assistant_message
-from llamacore.chat.reasoning import Reasoning
-from llamacore.generation.events import Finished
+from llamacore.chat.answer import AnswerFormat, Delta
+from llamacore.chat.openai import assistant_message, tool_call_id
+from llamacore.generation.events import Finished, FinishReason
 from llamaserve.api.anthropic.protocol import (
     MessagesRequest,
     chat_messages,
@@ -95,22 +94,21 @@ async def _messages(request: Request) -> Response:
             prompt = await _prompt(state.config, acquired, body)
         except ValueError as exc:
             raise APIError(400, str(exc)) from None
-        tokens, reasoning = prompt.tokens, prompt.reasoning
+        tokens, answer = prompt.tokens, prompt.answer
         check_prompt_fits(len(tokens), engine.n_ctx_seq)
         user_stops = list(body.stop_sequences or [])
-        sampling = sampling_for(entry, body, temperature=body.temperature, top_k=body.top_k, top_p=body.top_p,
-                                grammar=prompt.tool_grammar)
+        sampling = prompt.sampling(sampling_for(entry, body, temperature=body.temperature, top_k=body.top_k,
+                                                top_p=body.top_p))
         choice = Choice(index=0, tokens=tokens, sampling=sampling)
         events = run_choices(engine, [choice], stack, max_tokens=body.max_tokens, adapters=acquired.selection.key,
                              stops=prompt.stops + user_stops, n_logprobs=None, ignore_eos=False,
-                             metrics=state.metrics, model_name=entry.alias)
+                             metrics=state.metrics, model_name=entry.alias, preserved=prompt.preserved)
         count_adapter_usage(stack, state.registry, acquired, len(tokens), [choice])
-        style = prompt.tool_style
         message = new_message(body.model or entry.alias, len(tokens))
 
         def finish(finished: Finished | None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-            answer, reason = assistant_message(choice.text, finished.reason if finished else None, style, reasoning)
-            blocks = content_blocks(answer)
+            reply, reason = assistant_message(choice.text, finished.reason if finished else None, answer)
+            blocks = content_blocks(reply)
             stop, sequence = stop_reason(reason, finished.stop_sequence if finished else None, user_stops,
                                          any(b["type"] == "tool_use" for b in blocks))
             return blocks, {"stop_reason": stop, "stop_sequence": sequence}
@@ -125,23 +123,18 @@ async def _messages(request: Request) -> Response:
 
         async def stream() -> AsyncGenerator[str, None]:
             yield named_event("message_start", {"type": "message_start", "message": message})
-            live = _LiveBlocks(reasoning, held=style is not None)   # with tools the answer waits for the end
-            if style is None and reasoning is None:
-                for item in live.open("text"):
-                    yield item
+            live = _LiveBlocks(answer)
             yield named_event("ping", {"type": "ping"})
             async for _, event in events:
                 if not isinstance(event, Finished) and event.text:
                     for item in live.push(event.text):
                         yield item
-            for item in live.finish():
+            finished = choice.finish
+            for item in live.finish(cut=finished is not None and finished.reason is FinishReason.LENGTH):
                 yield item
-            blocks, ending = finish(choice.finish)
-            if style is not None:
-                for block in blocks:
-                    if block["type"] != "thinking":       # streamed already
-                        for item in _block_events(live.next_index(), block):
-                            yield item
+            stop, sequence = stop_reason(finished.reason if finished else None,
+                                         finished.stop_sequence if finished else None, user_stops, live.called)
+            ending = {"stop_reason": stop, "stop_sequence": sequence}
             yield named_event("message_delta", {"type": "message_delta", "delta": ending, "usage": final_usage()})
             yield named_event("message_stop", {"type": "message_stop"})
 
@@ -154,27 +147,26 @@ async def _messages(request: Request) -> Response:
 
 
 class _LiveBlocks:
-    """Content blocks streamed as the text comes: a thinking block (thinking_delta events, closed by an
-    empty signature_delta as llama-server does) while the model reasons, then a text block, unless the
-    answer is `held` (tools offered: it becomes blocks at the end)."""
+    """Content blocks streamed as llama.cpp's parser reads the text: a thinking block (thinking_delta
+    events, closed by an empty signature_delta as llama-server does) while the model reasons, text
+    blocks for the answer, and a tool_use block per call, opened with its id and name and filled by
+    input_json_delta events as its arguments are generated."""
 
-    def __init__(self, reasoning: Reasoning | None, held: bool) -> None:
-        self.splitter = reasoning.separate_splitter() if reasoning is not None else None
-        self.held = held
+    def __init__(self, answer: AnswerFormat) -> None:
+        self.reader = answer.reader(tool_call_id, separate_reasoning=True)
         self.index = -1
         self.kind: str | None = None            # the open block's type, if any
         self.opened = 0                         # blocks started so far
+        self.called = False
 
-    def next_index(self) -> int:
-        self.opened += 1
-        return self.opened - 1
-
-    def open(self, kind: str) -> list[str]:
+    def open(self, kind: str, start: dict[str, Any] | None = None) -> list[str]:
         out = self.close()
-        self.index, self.kind = self.next_index(), kind
-        start = {"type": "thinking", "thinking": ""} if kind == "thinking" else {"type": "text", "text": ""}
+        self.index, self.kind = self.opened, kind
+        self.opened += 1
+        if start is None:
+            start = {"type": "thinking", "thinking": ""} if kind == "thinking" else {"type": "text", "text": ""}
         out.append(named_event("content_block_start", {"type": "content_block_start", "index": self.index,
-                                               "content_block": start}))
+                                                       "content_block": start}))
         return out
 
     def close(self) -> list[str]:
@@ -188,43 +180,36 @@ class _LiveBlocks:
         return out
 
     def push(self, text: str) -> list[str]:
-        return self._parts(self.splitter.push(text) if self.splitter is not None else [("content", text)])
+        return self._events(self.reader.push(text))
 
-    def finish(self) -> list[str]:
-        out = self._parts(self.splitter.finish()) if self.splitter is not None else []
-        if not self.held and self.opened == 0:     # an empty answer still has its text block
+    def finish(self, cut: bool) -> list[str]:
+        """The last events; an answer `cut` by max_tokens ends as far as it was read."""
+        out = [] if cut else self._events(self.reader.finish())
+        if self.opened == 0:                    # an empty answer still has its text block
             out += self.open("text")
         return out + self.close()
 
-    def _parts(self, parts: list[tuple[str, str]]) -> list[str]:
+    def _events(self, deltas: list[Delta]) -> list[str]:
         out: list[str] = []
-        for kind, text in parts:
-            block = "thinking" if kind == "reasoning" else "text"
-            if block == "text" and self.held:
-                continue
-            if block != self.kind:
-                out += self.open(block)
-            out.append(self._delta({"type": "thinking_delta", "thinking": text} if block == "thinking"
-                                   else {"type": "text_delta", "text": text}))
+        for d in deltas:
+            if d.reasoning:
+                if self.kind != "thinking":
+                    out += self.open("thinking")
+                out.append(self._delta({"type": "thinking_delta", "thinking": d.reasoning}))
+            if d.content:
+                if self.kind != "text":
+                    out += self.open("text")
+                out.append(self._delta({"type": "text_delta", "text": d.content}))
+            if d.tool_index >= 0:
+                if d.tool_name:
+                    self.called = True
+                    out += self.open(f"tool_use:{d.tool_index}", {
+                        "type": "tool_use", "id": "toolu_" + d.tool_id.removeprefix("call_"), "name": d.tool_name,
+                        "input": {}})
+                if d.arguments:
+                    out.append(self._delta({"type": "input_json_delta", "partial_json": d.arguments}))
         return out
 
     def _delta(self, delta: dict[str, Any]) -> str:
         return named_event("content_block_delta", {"type": "content_block_delta", "index": self.index, "delta": delta})
 
-
-def _block_events(index: int, block: dict[str, Any]) -> list[str]:
-    """A finished content block as its start, one delta and its stop."""
-    start: dict[str, Any]
-    if block["type"] == "text":
-        start = {"type": "text", "text": ""}
-        delta = {"type": "text_delta", "text": block["text"]}
-    else:
-        start = {**block, "input": {}}
-        delta = {"type": "input_json_delta", "partial_json": _json(block["input"])}
-    return [named_event("content_block_start", {"type": "content_block_start", "index": index, "content_block": start}),
-            named_event("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}),
-            named_event("content_block_stop", {"type": "content_block_stop", "index": index})]
-
-
-def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False)

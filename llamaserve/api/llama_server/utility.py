@@ -12,7 +12,8 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from llamacore.chat.prompt import prompt_text
+from llamacore.chat.native import for_model, render
+from llamacore.chat.prompt import tool_request
 from llamaserve.api.common import acquire, parse_body
 from llamaserve.api.errors import APIError
 from llamaserve.api.openai.protocol import ApplyTemplateRequest, DetokenizeRequest, TokenizeRequest
@@ -58,8 +59,9 @@ async def apply_template(request: Request) -> Response:
         try:
             template = loaded.chat_template(entry)
             kwargs = kwargs_for(entry, template, body.chat_template_kwargs, body.reasoning_effort)
-            prompt = prompt_text(loaded.model, template, messages, body.tools,
-                                 body.add_generation_prompt, template_kwargs=kwargs)
+            tools, choice = tool_request(body.tools, None)
+            prompt = render(for_model(loaded.model, template), messages, tools=tools, tool_choice=choice,
+                            add_generation_prompt=body.add_generation_prompt, template_kwargs=kwargs).prompt
         except ValueError as exc:
             raise APIError(400, str(exc), param="messages") from None
     return JSONResponse({"prompt": prompt})

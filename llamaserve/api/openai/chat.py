@@ -46,31 +46,29 @@ async def chat_completions(request: Request) -> Response:
         entry, engine = acquired.entry, acquired.engine
         try:
             prompt = await _prompt(state.config, acquired, body, reasoning_format=body.reasoning_format)
-            tokens, reasoning = prompt.tokens, prompt.reasoning
-            if prompt.tool_grammar and body.grammar is not None:
-                raise ValueError("grammar cannot be combined with a tool_choice that forces a call")
-            grammar = prompt.tool_grammar or await response_grammar(state.grammars, body, entry)
+            tokens, answer = prompt.tokens, prompt.answer
+            grammar = await response_grammar(state.grammars, body, entry)
+            samplings = [prompt.sampling(body.sampling(grammar, j)) for j in range(body.n)]
             stops = prompt.stops + body.stop_list()
         except ValueError as exc:
             raise APIError(400, str(exc)) from None
         check_prompt_fits(len(tokens), engine.n_ctx_seq)
         if body.grammar is not None:
             await check_grammar(engine.model, body.grammar)
-        choices = [Choice(index=j, tokens=tokens, sampling=body.sampling(grammar, j)) for j in range(body.n)]
+        choices = [Choice(index=j, tokens=tokens, sampling=samplings[j]) for j in range(body.n)]
         events = run_choices_reporting(
             engine, choices, stack, max_tokens=body.max_completion_tokens or body.max_tokens,
             adapters=acquired.selection.key, stops=stops,
             n_logprobs=(body.top_logprobs or 0) if body.logprobs else None,
             ignore_eos=body.ignore_eos, metrics=state.metrics, model_name=entry.alias,
-            progress=body.return_progress and body.stream)
+            progress=body.return_progress and body.stream, preserved=prompt.preserved)
         count_adapter_usage(stack, state.registry, acquired, len(tokens), choices)
         envelope = Envelope.new("chatcmpl", body.model or entry.alias)
-        style = prompt.tool_style
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
 
         def result() -> dict[str, Any]:
             n_out = sum(c.n_generated for c in choices)
-            out: dict[str, Any] = dict(envelope.chat([c.chat_choice(style, reasoning) for c in choices],
+            out: dict[str, Any] = dict(envelope.chat([c.chat_choice(answer) for c in choices],
                                                      usage(len(tokens), n_out, cached_tokens(choices, body.n))))
             out["timings"] = timings()
             if body.verbose or state.config.verbose_responses:       # llama-server's debugging aid
@@ -84,7 +82,7 @@ async def chat_completions(request: Request) -> Response:
             return choices[0].timings.llama_cpp()
 
         async def chunks() -> AsyncGenerator[Mapping[str, Any], None]:
-            streams = {c.index: ChatStream(envelope, c, style, reasoning) for c in choices}
+            streams = {c.index: ChatStream(envelope, c, answer) for c in choices}
             for s in streams.values():
                 yield s.start()
             async for choice, event in events:

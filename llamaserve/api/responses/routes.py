@@ -17,8 +17,9 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from llamacore.chat.openai import assistant_message
-from llamacore.generation.events import Finished, Progress
+from llamacore.chat.answer import text_parts
+from llamacore.chat.openai import assistant_message, tool_call_id
+from llamacore.generation.events import Finished, FinishReason, Progress
 from llamaserve.api.common import (
     Prepared,
     acquire_engine,
@@ -141,27 +142,29 @@ async def create_response(request: Request) -> Response:
                                         reasoning_effort=(body.reasoning or {}).get("effort"))
         except ValueError as exc:
             raise APIError(400, str(exc), param="tools" if isinstance(exc, ToolsRefused) else "input") from None
-        tokens, stops, reasoning, grammar = prompt.tokens, prompt.stops, prompt.reasoning, prompt.tool_grammar
-        if grammar is None and text_format is not None:          # (a forced call has no text to format)
+        tokens, stops, answer, grammar = prompt.tokens, prompt.stops, prompt.answer, None
+        forced = prompt.tool_grammar is not None and not prompt.tool_grammar.lazy
+        if text_format is not None and not forced:          # (a forced call has no text to format)
             with _refused_as("text.format.schema"):
                 grammar = await format_grammar(state.grammars, text_format, entry.json_whitespace)
         check_prompt_fits(len(tokens), engine.n_ctx_seq, param="input")
-        sampling = sampling_for(entry, body, temperature=1.0 if body.temperature is None else body.temperature,
-                                top_p=1.0 if body.top_p is None else body.top_p, grammar=grammar)
+        sampling = prompt.sampling(sampling_for(
+            entry, body, temperature=1.0 if body.temperature is None else body.temperature,
+            top_p=1.0 if body.top_p is None else body.top_p, grammar=grammar))
         choice = Choice(index=0, tokens=tokens, sampling=sampling)
         generated = run_choices_reporting(engine, [choice], stack, max_tokens=body.max_output_tokens,
                                           adapters=acquired.selection.key, stops=stops, n_logprobs=None,
                                           ignore_eos=False, metrics=state.metrics, model_name=entry.alias,
-                                          progress=bool(body.return_progress and body.stream))
+                                          progress=bool(body.return_progress and body.stream),
+                                          preserved=prompt.preserved)
         count_adapter_usage(stack, state.registry, acquired, len(tokens), [choice])
-        style = prompt.tool_style
         draft = ResponseDraft(body, body.model or entry.alias)
 
         def finish() -> dict[str, Any]:
             """The finished response object, stored unless the request said store: false."""
             finished: Finished | None = choice.finish
-            answer, reason = assistant_message(choice.text, finished.reason if finished else None, style, reasoning)
-            output = output_items(answer, reason, draft.message_id, always_text=style is None,
+            reply, reason = assistant_message(choice.text, finished.reason if finished else None, answer)
+            output = output_items(reply, reason, draft.message_id, always_text=prompt.tools is None,
                                   max_calls=draft.max_calls, reasoning_id=draft.reasoning_id)
             final = draft.snapshot(output, len(tokens), choice.n_generated, reason, done=True)
             if body.store is not False:
@@ -171,13 +174,10 @@ async def create_response(request: Request) -> Response:
         async def stream() -> AsyncGenerator[str, None]:
             yield write("response.created", response=draft.snapshot([]))
             yield write("response.in_progress", response=draft.snapshot([]))
-            live = style is None               # without tools the text streams as it comes (reasoning always)
-            splitter = reasoning.separate_splitter() if reasoning is not None else None
+            # reasoning and text stream as llama.cpp's parser reads them (markup that may become a
+            # tool call is held back); function calls come whole at the end
+            reader = answer.reader(tool_call_id, separate_reasoning=True)
             started: list[str] = []            # the types of the items streamed so far, in output order
-            if live and splitter is None:
-                started.append("message")
-                for event in write.message_start(0, draft.message_id):
-                    yield event
 
             def parts_events(parts: list[tuple[str, str]]) -> Iterator[str]:
                 for kind, text in parts:
@@ -186,7 +186,7 @@ async def create_response(request: Request) -> Response:
                             started.append("reasoning")
                             yield write.reasoning_start(0, draft.reasoning_id)
                         yield write.reasoning_delta(0, draft.reasoning_id, text)
-                    elif live:
+                    else:
                         if "message" not in started:
                             started.append("message")
                             yield from write.message_start(len(started) - 1, draft.message_id)
@@ -203,12 +203,12 @@ async def create_response(request: Request) -> Response:
                     assert choice.timings is not None
                     yield write("response.in_progress", response=draft.snapshot([]), **choice.timings.progress(step))
                 elif not isinstance(step, Finished) and step.text:
-                    for event in (parts_events(splitter.push(step.text)) if splitter is not None
-                                  else parts_events([("content", step.text)])):
+                    for event in parts_events(text_parts(reader.push(step.text))):
                         yield event
-            for event in parts_events(splitter.finish() if splitter is not None else []):
+            cut = choice.finish is not None and choice.finish.reason is FinishReason.LENGTH
+            for event in parts_events(text_parts(reader.finish()) if not cut else []):
                 yield event
-            if live and "message" not in started:      # an empty answer still has its message item
+            if prompt.tools is None and "message" not in started:      # an empty answer still has its message item
                 started.append("message")
                 for event in write.message_start(len(started) - 1, draft.message_id):
                     yield event

@@ -19,7 +19,7 @@ from llamacore.gguf import load_options as options
 
 PURE_MODULES = ("llamacore.gguf.load_options", "llamacore.gguf.header", "llamacore.gguf.check",
                 "llamacore.chat.templates", "llamacore.grammar.json_schema", "llamacore.grammar.gbnf",
-                "llamacore.chat.tool_calls", "llamaserve.config.parse")
+                "llamaserve.config.parse")
 
 
 def test_pure_modules_import_without_the_extension():

@@ -4,7 +4,7 @@ import httpx
 import pytest
 
 from llamacore import Model
-from llamacore.chat.prompt import prompt_text
+from llamacore.chat.native import for_model, render
 from llamacore.chat.templates import resolve_template
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
@@ -57,7 +57,7 @@ def test_apply_template_renders_what_chat_decodes(http, model):
     got = http.post("/apply-template", json={"messages": messages, "model": "la"})
     assert got.status_code == 200
     template = resolve_template(None, None, model.chat_template())
-    assert got.json() == {"prompt": prompt_text(model, template, messages, None)}
+    assert got.json() == {"prompt": render(for_model(model, template), messages).prompt}
     assert "Hi there" in got.json()["prompt"] and "Be brief." in got.json()["prompt"]
     assert http.post("/apply-template", json={"messages": []}).status_code == 400
 
