@@ -141,6 +141,17 @@ def embed_model_path(tiny_models_dir):
 
 
 @pytest.fixture(scope="session")
+def scripted(tmp_path_factory):
+    """One llamaserve process with a scripted model per chat-template family (support/agent_script.py):
+    the server and each alias's answers, for the tool-call tests of every route."""
+    from agent_script import scripted_server
+
+    proc, answers = scripted_server(tmp_path_factory.mktemp("scripted"))
+    yield proc, answers
+    proc.stop()
+
+
+@pytest.fixture(scope="session")
 def server(tmp_path_factory, tiny_model_path, lora_a_path, lora_b_path, embed_model_path):
     """One llamaserve process: a base model, three LoRA aliases sharing it, and an embedder."""
     from server import ServerProcess

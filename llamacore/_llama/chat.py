@@ -56,8 +56,9 @@ def create_chat_completion(llm: LlamaHost, messages: list[dict[str, Any]], *, to
     tool = rendered.tool_grammar
     params = llm._sampling_params(temperature=temperature, response_format=response_format,
                                   grammar=grammar or (tool.grammar if tool else None), **_sampling_fields(sampling))
-    if tool is not None and not grammar:        # a lazy tool grammar: free text until a trigger
-        params = dataclasses.replace(params, grammar_patterns=tool.patterns, grammar_tokens=tool.tokens)
+    if tool is not None and not grammar:        # lazy: free text until a trigger; forced: after the prefill
+        params = dataclasses.replace(params, grammar_patterns=tool.patterns, grammar_tokens=tool.tokens,
+                                     grammar_prefill=tool.prefill)
     events, n_prompt = llm._completion_events(rendered.tokens, params, max_tokens=max_tokens,
                                               stop=rendered.stops + user_stops, ignore_eos=ignore_eos,
                                               logprobs=(top_logprobs or 0) if logprobs else None,

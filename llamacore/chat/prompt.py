@@ -64,6 +64,7 @@ class ToolGrammar:
     grammar: str
     patterns: tuple[str, ...] = ()
     tokens: tuple[int, ...] = ()
+    prefill: tuple[int, ...] = ()      # the generation prompt, which a forced grammar begins with
 
     @property
     def lazy(self) -> bool:
@@ -105,7 +106,12 @@ def chat_prompt(model: Model, template: str, messages: list[dict[str, Any]], too
         raise ValueError("messages must contain at least one message")
     if continue_final_message and not continues(messages):
         raise ValueError("continue_final_message needs a last message from the assistant with text")
-    params = native.render(native.for_model(model, template), messages, tools=tools, tool_choice=tool_choice,
+    templates = native.for_model(model, template)
+    if tools and tool_choice != "none" and not templates.caps["supports_tool_calls"]:
+        raise ValueError("this model's chat template cannot call tools (llama.cpp finds no tool-call format in it): "
+                         "give the model a template that can (chat_template_file, e.g. one of llama.cpp's "
+                         "models/templates), or send tool_choice 'none'")
+    params = native.render(templates, messages, tools=tools, tool_choice=tool_choice,
                            parallel_tool_calls=parallel_tool_calls, add_generation_prompt=add_generation_prompt,
                            continue_final_message=continue_final_message, template_kwargs=template_kwargs,
                            reasoning_format=reasoning_format,
@@ -117,10 +123,17 @@ def chat_prompt(model: Model, template: str, messages: list[dict[str, Any]], too
         tokens = model.tokenize(text, add_special=False, parse_special=True)
         if model.add_bos and (not tokens or tokens[0] != model.token_bos):
             tokens.insert(0, model.token_bos)
-    stops = [m for m in TURN_END_MARKERS if m in template] + params.additional_stops
+    stops = _turn_ends(template) + params.additional_stops
     preserved = frozenset(t for t in map(partial(_single_token, model), params.preserved_tokens) if t is not None)
-    return RenderedChat(text, tokens, list(dict.fromkeys(stops)), preserved, _tool_grammar(model, params, preserved),
-                        params)
+    return RenderedChat(text, tokens, list(dict.fromkeys(stops)), preserved,
+                        _tool_grammar(model, params, preserved, tokens), params)
+
+
+def _turn_ends(template: str) -> list[str]:
+    """The end-of-turn markers `template` writes; gpt-oss's `<|end|>` ends a channel, not the answer
+    (llama.cpp's vocabulary drops it from the end-of-generation tokens where <|return|> and <|call|> exist)."""
+    ends = [m for m in TURN_END_MARKERS if m in template]
+    return [m for m in ends if m != "<|end|>"] if "<|return|>" in template and "<|call|>" in template else ends
 
 
 def _single_token(model: Model, text: str) -> int | None:
@@ -128,13 +141,32 @@ def _single_token(model: Model, text: str) -> int | None:
     return ids[0] if len(ids) == 1 else None
 
 
-def _tool_grammar(model: Model, params: ChatParams, preserved: frozenset[int]) -> ToolGrammar | None:
+def _prefill(model: Model, generation_prompt: str, prompt: list[int]) -> tuple[int, ...]:
+    """The generation prompt's tokens for a chat grammar to take first: the prompt's own last tokens when
+    they spell it exactly (a SentencePiece vocabulary tokenizes it alone with a leading space), else as
+    llama.cpp's sampler makes them (common/sampling.cpp: tokenized alone, a leading space piece left out)."""
+    if not generation_prompt:
+        return ()
+    wanted, tail, taken = generation_prompt.encode(), b"", 0
+    if isinstance(prompt, list):
+        while len(tail) < len(wanted) and taken < len(prompt):
+            taken += 1
+            tail = model.token_to_piece(prompt[-taken], True) + tail
+        if tail == wanted:
+            return tuple(prompt[-taken:])
+    tokens = model.tokenize(generation_prompt, add_special=False, parse_special=True)
+    if tokens and model.token_to_piece(tokens[0], True)[:1].isspace() and not generation_prompt[:1].isspace():
+        tokens = tokens[1:]
+    return tuple(tokens)
+
+
+def _tool_grammar(model: Model, params: ChatParams, preserved: frozenset[int], prompt: list[int]) -> ToolGrammar | None:
     """llama.cpp's triggers as the sampler takes them (common/sampling.cpp, llama-server's schema):
     a trigger word that is one preserved token triggers on that token, other words as escaped patterns."""
     if not params.grammar:
         return None
     if not params.grammar_lazy:
-        return ToolGrammar(params.grammar)
+        return ToolGrammar(params.grammar, prefill=_prefill(model, params.generation_prompt, prompt))
     patterns: list[str] = []
     tokens: list[int] = []
     for kind, value, token in params.grammar_triggers:

@@ -22,13 +22,16 @@ def supports_thinking(template: str) -> bool:
 def template_kwargs(template: str, *, reasoning: str = "auto", defaults: Mapping[str, Any] | None = None,
                     request: Mapping[str, Any] | None = None, reasoning_effort: str | None = None) -> dict[str, Any]:
     """The extra variables `template` is rendered with: the model's `defaults` and the request's
-    chat_template_kwargs (the request wins), with `enable_thinking` resolved as llama-server does.
+    chat_template_kwargs (the request wins), with `enable_thinking` resolved and `preserve_reasoning`
+    defaulted to true as llama-server does.
 
     `reasoning` is the model's on/off/auto; ValueError for an enable_thinking that is not a boolean.
     """
     if reasoning not in REASONING_MODES:
         raise ValueError(f"reasoning: expected one of {', '.join(REASONING_MODES)}, got {reasoning!r}")
-    kwargs = {**(defaults or {}), **(request or {})}
+    # llama-server passes preserve_reasoning=true unless told otherwise (--no-reasoning-preserve): templates
+    # that read it keep earlier turns' reasoning in the history
+    kwargs = {"preserve_reasoning": True, **(defaults or {}), **(request or {})}
     thinking = kwargs.get("enable_thinking")
     if thinking is not None and not isinstance(thinking, bool):
         raise ValueError(f"chat_template_kwargs.enable_thinking: expected a boolean, got {type(thinking).__name__}")

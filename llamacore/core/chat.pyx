@@ -230,11 +230,15 @@ cdef class ChatParser:
             raise _error(exc) from None
 
     cdef void _assign_ids(self, lc.common_chat_msg & msg) except *:
+        """Each call keeps the id it first had (llama-server's ensure_tool_call_ids_set): the model's,
+        else one from new_id. Without new_id a call has no id until the model's is parsed."""
         cdef size_t i
         for i in range(msg.tool_calls.size()):
             if self.ids.size() <= i:
                 given = _text(msg.tool_calls[i].id)
-                self.ids.push_back(_bytes(given or (self.new_id() if self.new_id is not None else "")))
+                if not given and self.new_id is None:
+                    break
+                self.ids.push_back(_bytes(given or self.new_id()))
             msg.tool_calls[i].id = self.ids[i]
 
     def update(self, str added not None):

@@ -84,12 +84,15 @@ cdef class Sampler:
         # llama.cpp copies the array: it need not outlive the call
         return self._add(llama.llama_sampler_init_logit_bias(model.n_vocab, arr.size(), arr.data()), "logit_bias")
 
-    def grammar(self, Model model not None, str grammar, str root="root", trigger_patterns=None, trigger_tokens=None):
+    def grammar(self, Model model not None, str grammar, str root="root", trigger_patterns=None, trigger_tokens=None,
+                prefill=None):
         """Constrain tokens to a GBNF grammar; ValueError with llama.cpp's reason if it does not parse.
 
         With `trigger_patterns` (regular expressions) or `trigger_tokens`, the grammar is lazy, as
         llama.cpp's tool-call grammars are: tokens are free until the text matches a pattern (from its
-        first group on) or a trigger token is sampled, and constrained from there.
+        first group on) or a trigger token is sampled, and constrained from there. `prefill` tokens are
+        taken by the grammar first, as if generated: llama.cpp's chat grammars begin with the generation
+        prompt that the prompt already ends with (ValueError when the grammar refuses one of them).
         """
         if not grammar.strip():
             raise ValueError("grammar is empty")
@@ -109,12 +112,23 @@ cdef class Sampler:
         for t in (trigger_tokens or ()):
             model._check_token(int(t))
             c_tokens.push_back(int(t))
+        cdef list taken = [int(t) for t in (prefill or ())]
+        for t in taken:
+            model._check_token(t)
+        cdef llama.llama_sampler * stage
         _error_mark()
         if c_patterns.empty() and c_tokens.empty():
-            self._add(llama.llama_sampler_init_grammar(model.vocab, g, r), "grammar")
+            stage = llama.llama_sampler_init_grammar(model.vocab, g, r)
         else:
-            self._add(llama.llama_sampler_init_grammar_lazy_patterns(
-                model.vocab, g, r, c_patterns.data(), c_patterns.size(), c_tokens.data(), c_tokens.size()), "grammar")
+            stage = llama.llama_sampler_init_grammar_lazy_patterns(
+                model.vocab, g, r, c_patterns.data(), c_patterns.size(), c_tokens.data(), c_tokens.size())
+        if stage != NULL and taken:
+            try:
+                _take(stage, taken, model)
+            except ValueError:
+                llama.llama_sampler_free(stage)
+                raise
+        self._add(stage, "grammar")
         self.n_vocab = model.n_vocab
         return self
 
@@ -149,23 +163,13 @@ cdef class Sampler:
         With a grammar stage the token must be in the vocabulary and allowed by the grammar
         (ValueError otherwise; llama.cpp would abort the process).
         """
-        cdef llama.llama_token_data cand
-        cdef llama.llama_token_data_array cur
         cdef int i
         if self.n_vocab and not 0 <= token < self.n_vocab:
             raise IndexError(f"token id {token} is out of range for a vocabulary of {self.n_vocab}")
         for i, name in enumerate(self.stages):
             if name != "grammar":
                 continue
-            cand.id = token
-            cand.logit = 0.0
-            cand.p = 0.0
-            cur.data = &cand
-            cur.size = 1
-            cur.selected = -1
-            cur.sorted = False
-            llama.llama_sampler_apply(llama.llama_sampler_chain_get(self.chain, i), &cur)
-            if not cand.logit > -1e30:
+            if not _allows(llama.llama_sampler_chain_get(self.chain, i), token):
                 raise ValueError(f"token {token} is not allowed by the grammar at this point")
         llama.llama_sampler_accept(self.chain, token)
 
@@ -175,3 +179,30 @@ cdef class Sampler:
     @property
     def seed(self):
         return llama.llama_sampler_get_seed(self.chain)
+
+
+cdef bint _allows(llama.llama_sampler * stage, llama.llama_token token):
+    """Whether a grammar stage allows `token` next: it applies to a one-candidate list and leaves the
+    logit alone, or sets it to -inf."""
+    cdef llama.llama_token_data item
+    cdef llama.llama_token_data_array one
+    item.id = token
+    item.logit = 0.0
+    item.p = 0.0
+    one.data = &item
+    one.size = 1
+    one.selected = -1
+    one.sorted = False
+    llama.llama_sampler_apply(stage, &one)
+    return item.logit > -1e30
+
+
+cdef int _take(llama.llama_sampler * stage, list tokens, Model model) except -1:
+    """Accept `tokens` into a grammar stage, each checked first: llama.cpp throws (and the process
+    aborts) when a grammar accepts a token it does not allow."""
+    for t in tokens:
+        if not _allows(stage, t):
+            raise ValueError(f"the grammar does not allow the prefilled token {t} "
+                             f"({model.token_to_piece(t, True)!r})")
+        llama.llama_sampler_accept(stage, t)
+    return 0

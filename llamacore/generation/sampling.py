@@ -27,6 +27,8 @@ class SamplingParams:
     # a lazy grammar (llama.cpp's tool-call grammars): free until a pattern matches or a token is sampled
     grammar_patterns: tuple[str, ...] = ()
     grammar_tokens: tuple[int, ...] = ()
+    # tokens the grammar takes before sampling: a chat grammar begins with the prompt's generation prompt
+    grammar_prefill: tuple[int, ...] = ()
 
     def validate(self) -> None:
         """Reject values llama.cpp would misbehave on, with the parameter's name."""
@@ -52,7 +54,7 @@ class SamplingParams:
             chain.logit_bias(model, self.logit_bias)
         if self.grammar:
             chain.grammar(model, self.grammar, trigger_patterns=self.grammar_patterns or None,
-                          trigger_tokens=self.grammar_tokens or None)
+                          trigger_tokens=self.grammar_tokens or None, prefill=self.grammar_prefill or None)
         if self.repeat_penalty != 1.0 or self.presence_penalty or self.frequency_penalty:
             chain.penalties(self.penalty_last_n, self.repeat_penalty, self.frequency_penalty,
                             self.presence_penalty)

@@ -10,6 +10,7 @@ from llamaserve.cli.describe import describe
 from llamaserve.cli.flags import UsageError, build_parser, unknown_flag
 from llamaserve.cli.serve_config import DEMO_MODEL, config_from_args, demo_config
 from llamaserve.cli.starter import starter_config, write_starter_config
+from llamaserve.cli.templates import check_templates
 from llamaserve.config.parse import ConfigError, load_config
 
 __all__ = ["DEMO_MODEL", "UsageError", "build_parser", "config_from_args", "demo_config", "describe", "main",
@@ -26,7 +27,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "check":
-            print(describe(load_config(args.file)))
+            config = load_config(args.file)
+            check_templates(config)
+            print(describe(config))
             return 0
         if args.command == "rpc-worker":
             return rpc_worker(args)
@@ -37,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"wrote {path}; check it with: llamaserve check {path}")
             return 0
         config = demo_config(args) if args.command == "demo" else config_from_args(args)
+        check_templates(config)
     except (ConfigError, UsageError) as e:
         print(f"llamaserve: {e}" if isinstance(e, UsageError) else e, file=sys.stderr)
         return 2

@@ -32,7 +32,8 @@ def describe(config: ServerConfig) -> str:
         lines += [f"    adapter: {path}" + (f" (name {name})" if name else "") for path, name in entry.adapters]
         if entry.load:
             lines.append("    load: " + ", ".join(f"{k}={v!r}" for k, v in entry.load.items()))
-        extras = {"chat_format": entry.chat_format, "chat_template": entry.chat_template and "custom",
+        template = entry.chat_template and str(entry.chat_template_file or "custom")
+        extras = {"chat_format": entry.chat_format, "chat_template": template,
                   "idle_unload": entry.idle_unload and _seconds(entry.idle_unload),
                   "parallel": entry.parallel, "max_queue": entry.max_queue,
                   "kv_unified": entry.kv_unified, "share_prefixes": entry.share_prefixes,

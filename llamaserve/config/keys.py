@@ -225,7 +225,7 @@ ENTRY_KEYS: dict[str, Check] = {
     "clip_model_path": string, "mmproj": string,       # a vision projector (llama-cpp-python's / llama-server's name)
     "lora_adapters": lambda v: v,   # resolved against the config's folder in config.py
     "adapters": lambda v: v,        # likewise
-    "chat_format": optional(string), "chat_template": optional(string),
+    "chat_format": optional(string), "chat_template": optional(string), "chat_template_file": optional(string),
     "chat_template_kwargs": optional(_template_kwargs), "reasoning": optional(_reasoning),
     "reasoning_format": optional(choice(REASONING_FORMATS)),
     "idle_unload": optional(via(parse_duration)), "parallel": optional(integer(1)),

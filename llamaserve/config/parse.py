@@ -44,7 +44,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+# ${VAR} or ${VAR:-default}; $${ is a literal ${ (a Jinja template, a password)
+_ENV_REF = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+# keys whose text is never interpolated: a chat template's own ${...} belongs to the template
+_VERBATIM_KEYS = frozenset({"chat_template"})
+# a chat_template_file larger than this is not a template (the largest llama.cpp ships is 30 kB)
+MAX_TEMPLATE_BYTES = 1 << 20
 _MAX_DEPTH = 64      # far beyond any real config; deeper data would overflow the recursive checks
 _MAX_VALUES = 1_000_000
 
@@ -149,7 +154,8 @@ def parse_config(data: dict, source: Path | None, base_dir: Path) -> ServerConfi
         raw = _mapping(item, f"models[{i}]", problems)
         fields = _fields(raw, ENTRY_KEYS, f"models[{i}].", problems)
         if "model" not in raw or "model" in fields:   # else its bad value is reported already
-            found.append(_entry(f"models[{i}]", {**defaults, **fields}, base_dir, problems))
+            found.append(_entry(f"models[{i}]", {**_without_template(defaults, fields), **fields}, base_dir,
+                                problems))
 
     models_dir = config_path(settings["models_dir"], base_dir) if settings.get("models_dir") else None
     if models_dir is not None and not path_is(models_dir, Path.is_dir):
@@ -201,10 +207,12 @@ def _interpolate(value: Any, key: str, problems: Problems) -> Any:
                 for k, v in value.items()}
     if isinstance(value, list):
         return [_interpolate(v, f"{key}[{i}]", problems) for i, v in enumerate(value)]
-    if not isinstance(value, str) or "${" not in value:
+    if not isinstance(value, str) or "${" not in value or key.rpartition(".")[2] in _VERBATIM_KEYS:
         return value
 
     def substitute(match: re.Match) -> str:
+        if match[0] == "$${":
+            return "${"
         name, default = match[1], match[2]
         if name in os.environ:
             return os.environ[name]
@@ -275,14 +283,15 @@ def _entry(label: str, raw: dict, base_dir: Path, problems: Problems) -> tuple[s
             check_adapter_file(path, local, arch, f"{label}.{key}", problems)
     if model is None:
         return None
+    template, template_file = _chat_template(label, raw, base_dir, problems)
     alias = raw.get("alias") or raw.get("model_alias") or (
         model.default_alias() if isinstance(model, HubFile) else model.name.removesuffix(".gguf"))
     aliases = tuple(dict.fromkeys(a for a in raw.get("aliases", ()) if a != alias))
     entry = ModelEntry(
         alias=alias, aliases=aliases, model=model, lora_adapters=adapters, adapters=declared,
         load=MappingProxyType({k: raw[k] for k in LOAD_KEYS if k in raw}),
-        chat_format=raw.get("chat_format") or _named_template(label, raw.get("chat_template"), problems),
-        chat_template=None if raw.get("chat_template") in LLAMA_CPP_TEMPLATE_NAMES else raw.get("chat_template"),
+        chat_format=raw.get("chat_format") or _named_template(label, template, problems),
+        chat_template=None if template in LLAMA_CPP_TEMPLATE_NAMES else template, chat_template_file=template_file,
         chat_template_kwargs=MappingProxyType(dict(raw.get("chat_template_kwargs") or {})),
         reasoning=raw.get("reasoning") or "auto", reasoning_format=raw.get("reasoning_format") or "auto",
         idle_unload=raw.get("idle_unload"), parallel=raw.get("parallel"), max_queue=raw.get("max_queue"),
@@ -367,6 +376,35 @@ LLAMA_CPP_TEMPLATE_NAMES: dict[str, str | None] = {
         "mistral-v7", "mistral-v7-tekken", "phi4", "falcon3", "monarch", "orion", "openchat", "vicuna-orca",
         "deepseek", "deepseek2", "deepseek3", "chatglm3", "chatglm4", "glmedge", "minicpm",
         "exaone3", "exaone4", "rwkv-world", "granite", "gigachat", "megrez", "yandex")}}
+
+
+def _without_template(defaults: dict, entry: dict) -> dict:
+    """`defaults` less its chat template when the entry gives its own, inline or as a file."""
+    if "chat_template" in entry or "chat_template_file" in entry:
+        return {k: v for k, v in defaults.items() if k not in ("chat_template", "chat_template_file")}
+    return defaults
+
+
+def _chat_template(label: str, raw: dict, base_dir: Path, problems: Problems) -> tuple[str | None, Path | None]:
+    """The entry's chat template text and the file it came from (chat_template_file), read and checked
+    here; whether it compiles is checked where llama.cpp is at hand (llamaserve.cli.templates)."""
+    if raw.get("chat_template_file") is None:
+        return raw.get("chat_template"), None
+    key = f"{label}.chat_template_file"
+    if raw.get("chat_template") is not None:
+        problems.add(key, "give either chat_template or chat_template_file, not both")
+        return None, None
+    path = config_path(raw["chat_template_file"], base_dir)
+    try:
+        if path.stat().st_size > MAX_TEMPLATE_BYTES:
+            problems.add(key, f"{path} is larger than {MAX_TEMPLATE_BYTES >> 20} MiB: not a chat template")
+            return None, None
+        return path.read_text(encoding="utf-8"), path
+    except UnicodeDecodeError as e:
+        problems.add(key, f"{path} is not UTF-8 text ({e.reason} at byte {e.start})")
+    except OSError as e:
+        problems.add(key, f"cannot read {path}: {e.strerror or e}")
+    return None, None
 
 
 def _named_template(label: str, template: Any, problems: Problems) -> str | None:

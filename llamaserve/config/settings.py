@@ -34,6 +34,7 @@ class ModelEntry:
     load: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}), hash=False)
     chat_format: str | None = None
     chat_template: str | None = None
+    chat_template_file: Path | None = None     # where chat_template was read from, if a file
     chat_template_kwargs: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}), hash=False)
     reasoning: str = "auto"                 # llama-server's --reasoning: on, off, auto (the template decides)
     reasoning_format: str = "auto"          # none, auto, deepseek, deepseek-legacy (llamacore.chat.reasoning)

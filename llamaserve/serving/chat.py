@@ -52,7 +52,7 @@ class ChatPrompt:
                 raise ValueError("grammar cannot be combined with a tool_choice that forces a call")
             return base
         return dataclasses.replace(base, grammar=tool.grammar, grammar_patterns=tool.patterns,
-                                   grammar_tokens=tool.tokens)
+                                   grammar_tokens=tool.tokens, grammar_prefill=tool.prefill)
 
 
 async def prepare_chat(config: ServerConfig, loaded: Loaded, entry: ModelEntry, messages: list[dict[str, Any]],

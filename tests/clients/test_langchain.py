@@ -14,8 +14,8 @@ from langchain_core.tools import tool  # noqa: E402
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
 
-def chat(base_url: str, **kw):
-    return langchain_openai.ChatOpenAI(model="base", base_url=base_url, api_key="unused", temperature=0, **kw)
+def chat(base_url: str, model: str = "base", **kw):
+    return langchain_openai.ChatOpenAI(model=model, base_url=base_url, api_key="unused", temperature=0, **kw)
 
 
 def test_invoke(base_url):
@@ -37,16 +37,7 @@ def test_stream_with_usage(base_url):
     assert whole.usage_metadata["output_tokens"] == 8
 
 
-@pytest.mark.parametrize("method", ["json_schema", "function_calling"])
-@pytest.mark.parametrize("strict", [None, True])
-def test_with_structured_output(base_url, method, strict):
-    structured = chat(base_url, max_tokens=MAX_TOKENS).with_structured_output(
-        City, method=method, strict=strict, include_raw=True)
-    out = structured.invoke("Describe a city")
-    assert out["parsing_error"] is None
-    assert isinstance(out["parsed"], City)
-    finish = out["raw"].response_metadata["finish_reason"]
-    assert finish == ("stop" if method == "json_schema" else "tool_calls")
+CITY = {"name": "Lyon", "population": 500, "capital": False, "size": "large"}
 
 
 @tool
@@ -55,13 +46,46 @@ def get_weather(city: Literal["Paris", "Oslo"]) -> str:
     return "sunny"
 
 
+@pytest.fixture(scope="module")
+def scripted_url(tmp_path_factory):
+    """A server whose Qwen3-format models are scripted to call LangChain's tools as LangChain sends them
+    (support/agent_script.py): random weights would write free text before a call."""
+    from agent_script import Conversation, scripted_server
+    from langchain_core.utils.function_calling import convert_to_openai_tool
+
+    conversations = {
+        "weather": Conversation("Qwen-Qwen3-0.6B", [convert_to_openai_tool(get_weather)],
+                                "What is the weather in Paris?", [("get_weather", {"city": "Paris"}, "sunny")]),
+        **{f"city-{strict}": Conversation("Qwen-Qwen3-0.6B", [convert_to_openai_tool(City, strict=strict)],
+                                          "Describe a city", [("City", CITY, "ok")])
+           for strict in (None, True)}}
+    proc, _ = scripted_server(tmp_path_factory.mktemp("langchain"), conversations)
+    yield proc.base_url + "/v1"
+    proc.stop()
+
+
+@pytest.mark.parametrize("strict", [None, True])
+def test_with_structured_output(base_url, scripted_url, strict):
+    """json_schema: the server's grammar shapes the tiny model's answer; function_calling: a forced call."""
+    for method, url, model in (("json_schema", base_url, "base"), ("function_calling", scripted_url, f"city-{strict}")):
+        structured = chat(url, model, max_tokens=MAX_TOKENS).with_structured_output(
+            City, method=method, strict=strict, include_raw=True)
+        out = structured.invoke("Describe a city")
+        assert out["parsing_error"] is None
+        assert isinstance(out["parsed"], City)
+        finish = out["raw"].response_metadata["finish_reason"]
+        assert finish == ("stop" if method == "json_schema" else "tool_calls")
+        if method == "function_calling":
+            assert out["parsed"] == City(**CITY)
+
+
 @pytest.mark.parametrize("tool_choice", ["get_weather", "required"])
-def test_bind_tools(base_url, tool_choice):
-    message = chat(base_url, max_tokens=100).bind_tools([get_weather], tool_choice=tool_choice).invoke(
+def test_bind_tools(scripted_url, tool_choice):
+    message = chat(scripted_url, "weather", max_tokens=100).bind_tools([get_weather], tool_choice=tool_choice).invoke(
         "What is the weather in Paris?")
     assert message.invalid_tool_calls == []
     [call] = message.tool_calls
-    assert call["name"] == "get_weather" and call["args"]["city"] in ("Paris", "Oslo") and call["id"]
+    assert call["name"] == "get_weather" and call["args"] == {"city": "Paris"} and call["id"]
 
 
 def test_embeddings(base_url):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
@@ -261,12 +261,13 @@ def message_item(item_id: str, text: str, status: str) -> dict[str, Any]:
 
 
 def output_items(message: Mapping[str, Any], finish: FinishReason | None, message_id: str, *,
-                 always_text: bool, max_calls: int | None, reasoning_id: str = "") -> list[dict[str, Any]]:
+                 always_text: bool, max_calls: int | None, reasoning_id: str = "",
+                 call_item_ids: Sequence[str] = ()) -> list[dict[str, Any]]:
     """A chat answer (reasoning_content, content and tool_calls) as output items; only the first
     `max_calls` calls.
 
     `always_text`: a message item even for empty text (as streamed without tools, where it
-    opened before any text came).
+    opened before any text came). `call_item_ids`: the item ids of calls already streamed, in order.
     """
     status = "incomplete" if finish is FinishReason.LENGTH else "completed"
     items = []
@@ -274,8 +275,9 @@ def output_items(message: Mapping[str, Any], finish: FinishReason | None, messag
         items.append(reasoning_item(reasoning_id, message["reasoning_content"]))
     if message.get("content") or always_text:
         items.append(message_item(message_id, message.get("content") or "", status))
-    for call in (message.get("tool_calls") or [])[:max_calls]:
-        items.append({"type": "function_call", "id": new_id("fc"), "call_id": call["id"],
+    for i, call in enumerate((message.get("tool_calls") or [])[:max_calls]):
+        items.append({"type": "function_call", "id": call_item_ids[i] if i < len(call_item_ids) else new_id("fc"),
+                      "call_id": call["id"],
                       "name": call["function"]["name"], "arguments": call["function"]["arguments"],
                       "status": status})
     return items

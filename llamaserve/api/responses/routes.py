@@ -3,21 +3,21 @@
 The request runs through the chat pipeline (the model's template, tool calls, grammars, the
 engine); llamaserve.api.responses.protocol converts the shapes and llamaserve.api.responses.store keeps what
 `previous_response_id` continues. A stream sends OpenAI's typed events, each with its
-`sequence_number`: without tools the text streams as it comes; with tools it is held until the
-answer is parsed, then sent as message and function_call items. A thinking model's reasoning
-streams first as a reasoning item (response.reasoning_text.delta). Errors use OpenAI's shape.
+`sequence_number`: reasoning (response.reasoning_text.delta), text and function calls (an item with
+the name, then response.function_call_arguments.delta) stream as llama.cpp's parser reads the answer;
+markup that may become a call is held back until it is one. Errors use OpenAI's shape.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Iterator
+from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack, contextmanager
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from llamacore.chat.answer import text_parts
+from llamacore.chat.answer import AnswerReader, Delta, text_parts
 from llamacore.chat.openai import assistant_message, tool_call_id
 from llamacore.generation.events import Finished, FinishReason, Progress
 from llamaserve.api.common import (
@@ -38,6 +38,7 @@ from llamaserve.api.responses.protocol import (
     check_supported,
     input_items,
     message_item,
+    new_id,
     output_items,
     response_format,
 )
@@ -107,7 +108,10 @@ class Events:
                      item={**item, "arguments": "", "status": "in_progress"}),
                 self("response.function_call_arguments.delta", item_id=item["id"], output_index=index,
                      delta=item["arguments"]),
-                self("response.function_call_arguments.done", item_id=item["id"], output_index=index,
+                *self.call_end(index, item)]
+
+    def call_end(self, index: int, item: dict[str, Any]) -> list[str]:
+        return [self("response.function_call_arguments.done", item_id=item["id"], output_index=index,
                      name=item["name"], arguments=item["arguments"]),
                 self("response.output_item.done", output_index=index, item=item)]
 
@@ -160,12 +164,21 @@ async def create_response(request: Request) -> Response:
         count_adapter_usage(stack, state.registry, acquired, len(tokens), [choice])
         draft = ResponseDraft(body, body.model or entry.alias)
 
-        def finish() -> dict[str, Any]:
-            """The finished response object, stored unless the request said store: false."""
+        def finish(streamed: AnswerReader | None = None, call_item_ids: Sequence[str] = ()) -> dict[str, Any]:
+            """The finished response object, stored unless the request said store: false; a streamed
+            answer's from its `streamed` reader (the calls keep the ids they were streamed with)."""
             finished: Finished | None = choice.finish
-            reply, reason = assistant_message(choice.text, finished.reason if finished else None, answer)
+            reason = finished.reason if finished else None
+            reply: Mapping[str, Any]
+            if streamed is None:
+                reply, reason = assistant_message(choice.text, reason, answer)
+            else:
+                reply = streamed.message
+                if reply.get("tool_calls") and reason is not FinishReason.LENGTH:
+                    reason = FinishReason.TOOL_CALLS
             output = output_items(reply, reason, draft.message_id, always_text=prompt.tools is None,
-                                  max_calls=draft.max_calls, reasoning_id=draft.reasoning_id)
+                                  max_calls=draft.max_calls, reasoning_id=draft.reasoning_id,
+                                  call_item_ids=call_item_ids)
             final = draft.snapshot(output, len(tokens), choice.n_generated, reason, done=True)
             if body.store is not False:
                 store.put(items, final)
@@ -174,10 +187,27 @@ async def create_response(request: Request) -> Response:
         async def stream() -> AsyncGenerator[str, None]:
             yield write("response.created", response=draft.snapshot([]))
             yield write("response.in_progress", response=draft.snapshot([]))
-            # reasoning and text stream as llama.cpp's parser reads them (markup that may become a
-            # tool call is held back); function calls come whole at the end
+            # reasoning, text and function calls stream as llama.cpp's parser reads them (markup that
+            # may become a tool call is held back): a call's item opens with its name, then its arguments
             reader = answer.reader(tool_call_id, separate_reasoning=True)
             started: list[str] = []            # the types of the items streamed so far, in output order
+            calls: dict[int, tuple[int, str]] = {}      # a call's tool index -> its output index and item id
+
+            def delta_events(deltas: list[Delta]) -> Iterator[str]:
+                for d in deltas:
+                    yield from parts_events(text_parts([d]))
+                    if d.tool_index < 0 or (draft.max_calls is not None and d.tool_index >= draft.max_calls):
+                        continue
+                    if d.tool_index not in calls:
+                        started.append("function_call")
+                        calls[d.tool_index] = (len(started) - 1, new_id("fc"))
+                        yield write("response.output_item.added", output_index=len(started) - 1, item={
+                            "type": "function_call", "id": calls[d.tool_index][1], "call_id": d.tool_id,
+                            "name": d.tool_name, "arguments": "", "status": "in_progress"})
+                    if d.arguments:
+                        index, item_id = calls[d.tool_index]
+                        yield write("response.function_call_arguments.delta", item_id=item_id, output_index=index,
+                                    delta=d.arguments)
 
             def parts_events(parts: list[tuple[str, str]]) -> Iterator[str]:
                 for kind, text in parts:
@@ -203,20 +233,21 @@ async def create_response(request: Request) -> Response:
                     assert choice.timings is not None
                     yield write("response.in_progress", response=draft.snapshot([]), **choice.timings.progress(step))
                 elif not isinstance(step, Finished) and step.text:
-                    for event in parts_events(text_parts(reader.push(step.text))):
+                    for event in delta_events(reader.push(step.text)):
                         yield event
             cut = choice.finish is not None and choice.finish.reason is FinishReason.LENGTH
-            for event in parts_events(text_parts(reader.finish()) if not cut else []):
+            for event in delta_events(reader.finish() if not cut else []):
                 yield event
             if prompt.tools is None and "message" not in started:      # an empty answer still has its message item
                 started.append("message")
                 for event in write.message_start(len(started) - 1, draft.message_id):
                     yield event
-            final = finish()
+            final = finish(reader, [item_id for _, item_id in calls.values()])
             for index, item in enumerate(final["output"]):
                 if index < len(started):       # streamed: only its end remains
                     ending = (write.reasoning_end(index, item) if item["type"] == "reasoning"
-                              else write.message_end(index, item))
+                              else write.message_end(index, item) if item["type"] == "message"
+                              else write.call_end(index, item))
                 else:
                     ending = write.whole_item(index, item)
                 for event in ending:

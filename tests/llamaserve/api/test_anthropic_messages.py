@@ -3,9 +3,12 @@ answers equal the chat route's, stop reasons, streaming events, a tool round tri
 
 from __future__ import annotations
 
+import json
+
 import anthropic
 import httpx
 import pytest
+from agent_script import CALLS, FINAL, QUESTION, TOOLS
 from helpers import N_THREADS
 from server import ServerProcess
 
@@ -13,9 +16,6 @@ pytestmark = [pytest.mark.server, pytest.mark.slow]
 
 KEY = "sk-test-anthropic"
 GREEDY = {"temperature": 0}      # today's client has no sampling arguments; the API still takes them
-WEATHER = {"name": "get_weather", "description": "Current weather in a city",
-           "input_schema": {"type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "Rome"]}},
-                            "required": ["city"]}}
 
 
 @pytest.fixture(scope="module")
@@ -89,26 +89,34 @@ def test_stream_sends_anthropics_events_and_the_same_text(client):
     assert {"content_block_start", "content_block_delta", "content_block_stop"} <= set(events)
 
 
-def test_tool_use_round_trip(client):
-    first = client.messages.create(model="claude-tiny", max_tokens=64, extra_body=GREEDY, tools=[WEATHER],
-                                   tool_choice={"type": "tool", "name": "get_weather"},
-                                   messages=[{"role": "user", "content": "Weather in Paris?"}])
-    assert first.stop_reason == "tool_use"
-    use = next(b for b in first.content if b.type == "tool_use")
-    assert use.name == "get_weather" and use.input in ({"city": "Paris"}, {"city": "Rome"})
-    assert use.id.startswith("toolu_")
-    second = client.messages.create(
-        model="claude-tiny", max_tokens=8, extra_body=GREEDY, tools=[WEATHER],
-        messages=[{"role": "user", "content": "Weather in Paris?"},
-                  {"role": "assistant", "content": [b.model_dump() for b in first.content]},
-                  {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "21 C"}]}])
-    assert second.stop_reason in ("end_turn", "max_tokens", "tool_use") and second.content
-    with client.messages.stream(model="claude-tiny", max_tokens=64, extra_body=GREEDY, tools=[WEATHER],
-                                tool_choice={"type": "any"},
-                                messages=[{"role": "user", "content": "Weather in Paris?"}]) as stream:
-        streamed = stream.get_final_message()
-    assert streamed.stop_reason == "tool_use"
-    assert [b.type for b in streamed.content][-1] == "tool_use" and streamed.content[-1].name == "get_weather"
+def test_tool_use_round_trip(scripted):
+    """Two tool round trips and an answer on the scripted Qwen3 model (support/agent_script.py): the
+    prompts equal the chat route's, tool_use blocks carry the calls, the last turn is text."""
+    proc, answers = scripted
+    client = anthropic.Anthropic(base_url=proc.base_url, api_key="unused", max_retries=0)
+    tools = [{"name": t["function"]["name"], "description": t["function"]["description"],
+              "input_schema": t["function"]["parameters"]} for t in TOOLS]
+    messages: list[dict] = [{"role": "user", "content": QUESTION}]
+    for i, (name, args, result) in enumerate(CALLS):
+        kwargs = dict(model="qwen3", max_tokens=400, tools=tools, messages=messages)
+        if i == 0:            # streamed: the input arrives as input_json_delta events
+            with client.messages.stream(**kwargs, tool_choice={"type": "any"}) as stream:
+                events = list(stream)
+                reply = stream.get_final_message()
+            partial = [e.delta.partial_json for e in events
+                       if e.type == "content_block_delta" and e.delta.type == "input_json_delta"]
+            assert len(partial) > 1 and json.loads("".join(partial)) == args
+        else:
+            reply = client.messages.create(**kwargs)
+        assert reply.stop_reason == "tool_use"
+        use = reply.content[-1]
+        assert use.type == "tool_use" and use.name == name and use.input == args and use.id.startswith("toolu_")
+        assert not [b for b in reply.content if b.type == "text" and b.text.strip()]
+        messages += [{"role": "assistant", "content": [b.model_dump() for b in reply.content]},
+                     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": result}]}]
+    final = client.messages.create(model="qwen3", max_tokens=400, tools=tools, messages=messages)
+    assert final.stop_reason == "end_turn"
+    assert [b.text for b in final.content if b.type == "text"] == [FINAL]
 
 
 def test_errors_come_in_anthropics_shape(srv, client):

@@ -10,6 +10,7 @@ from typing import Literal
 import httpx
 import openai
 import pytest
+from agent_script import CALLS, FINAL, QUESTION, TOOLS
 from helpers import N_THREADS, assert_openai_error
 from pydantic import BaseModel
 from server import ServerProcess
@@ -18,6 +19,7 @@ pytestmark = [pytest.mark.server, pytest.mark.slow]
 
 KEY = "sk-test-responses"
 STORE_SIZE = 3
+FUNCTIONS = [{"type": "function", **t["function"]} for t in TOOLS]      # the Responses shape of the same tools
 WEATHER = {"type": "function", "name": "get_weather", "description": "Current weather in a city",
            "parameters": {"type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "Rome"]}},
                           "required": ["city"], "additionalProperties": False}}
@@ -111,38 +113,45 @@ def test_structured_output(client):
         assert isinstance(json.loads(loose.output_text), dict)
 
 
-def test_function_call_round_trip(client):
-    first = client.responses.create(model="tiny", input="Weather in Paris?", tools=[WEATHER], temperature=0,
-                                    tool_choice={"type": "function", "name": "get_weather"}, max_output_tokens=64)
-    assert first.status == "completed"
-    call = first.output[-1]
-    assert call.type == "function_call" and call.name == "get_weather" and call.call_id
-    assert json.loads(call.arguments)["city"] in ("Paris", "Rome")
-    result = {"type": "function_call_output", "call_id": call.call_id, "output": "21 C and sunny"}
-    stored = client.responses.create(model="tiny", previous_response_id=first.id, input=[result], tools=[WEATHER],
-                                     max_output_tokens=8, temperature=0)
-    assert stored.previous_response_id == first.id and stored.output
-    # the same conversation sent whole, nothing stored: the same prompt and answer
-    stateless = client.responses.create(
-        model="tiny", tools=[WEATHER], max_output_tokens=8, temperature=0, store=False,
-        input=[{"role": "user", "content": "Weather in Paris?"},
-               *[item.model_dump(exclude_none=True) for item in first.output], result])
-    assert stateless.usage.input_tokens == stored.usage.input_tokens
-    assert [i.model_dump(exclude={"id"}) for i in stateless.output] == \
-           [i.model_dump(exclude={"id"}) for i in stored.output]
+@pytest.fixture(scope="module")
+def agent(scripted):
+    return openai.OpenAI(base_url=scripted[0].base_url + "/v1", api_key="unused", max_retries=0)
 
 
-def test_function_call_streams_its_arguments(client):
-    events = list(client.responses.create(model="tiny", input="Weather in Rome?", tools=[WEATHER], temperature=0,
-                                          tool_choice="required", max_output_tokens=64, stream=True, store=False))
+def test_function_call_round_trip(agent):
+    """Two function calls and an answer on the scripted Qwen3 model (support/agent_script.py), chained by
+    previous_response_id; the same conversation sent whole gives the same prompt and answer."""
+    first = agent.responses.create(model="qwen3", input=QUESTION, tools=FUNCTIONS, max_output_tokens=400)
+    previous, items = first, [{"role": "user", "content": QUESTION}]
+    for name, args, result in CALLS:
+        assert previous.status == "completed"
+        call = previous.output[-1]
+        assert call.type == "function_call" and call.name == name and json.loads(call.arguments) == args
+        output = {"type": "function_call_output", "call_id": call.call_id, "output": result}
+        items += [*[item.model_dump(exclude_none=True) for item in previous.output], output]
+        previous = agent.responses.create(model="qwen3", previous_response_id=previous.id, input=[output],
+                                          tools=FUNCTIONS, max_output_tokens=400)
+        assert previous.previous_response_id
+    assert previous.output_text == FINAL
+    stateless = agent.responses.create(model="qwen3", tools=FUNCTIONS, max_output_tokens=400, store=False,
+                                       input=items)
+    assert stateless.usage.input_tokens == previous.usage.input_tokens and stateless.output_text == FINAL
+
+
+def test_function_call_streams_its_arguments(agent):
+    events = list(agent.responses.create(model="qwen3", input=QUESTION, tools=FUNCTIONS, tool_choice="required",
+                                         max_output_tokens=400, stream=True, store=False))
     kinds = [e.type for e in events]
     assert kinds[:2] == ["response.created", "response.in_progress"] and kinds[-1] == "response.completed"
-    assert {"response.function_call_arguments.delta", "response.function_call_arguments.done"} <= set(kinds)
+    deltas = [e.delta for e in events if e.type == "response.function_call_arguments.delta"]
     done = next(e for e in events if e.type == "response.function_call_arguments.done")
     item = events[-1].response.output[-1]
-    assert item.type == "function_call" and done.arguments == item.arguments and done.item_id == item.id
+    assert item.type == "function_call" and item.name == "get_weather"
+    assert len(deltas) > 1 and "".join(deltas) == done.arguments == item.arguments
+    assert json.loads(item.arguments) == {"city": "Paris"} and done.item_id == item.id
     added = next(e for e in events if e.type == "response.output_item.added" and e.item.type == "function_call")
     assert added.item.id == item.id and added.output_index == len(events[-1].response.output) - 1
+    assert kinds.index("response.output_item.added") < kinds.index("response.function_call_arguments.delta")
 
 
 def test_previous_response_continues_the_conversation(srv, client):

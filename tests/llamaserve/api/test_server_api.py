@@ -161,64 +161,6 @@ def test_json_object_mode(client):
     assert finished, "no JSON object finished within 120 tokens"
 
 
-WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
-                                            "parameters": {"type": "object", "properties": {
-                                                "city": {"type": "string", "maxLength": 12},
-                                                "unit": {"enum": ["C", "F"]}}, "required": ["city", "unit"]}}}
-TIME = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}
-
-
-@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "get_time"}}])
-def test_tool_calls_round_trip(client, choice):
-    out = client.chat.completions.create(model="base", messages=[{"role": "user", "content": "Weather in Paris?"}],
-                                         tools=[WEATHER, TIME], tool_choice=choice, max_tokens=200,
-                                         temperature=0.3, seed=3)
-    assert out.choices[0].finish_reason == "tool_calls"
-    call = out.choices[0].message.tool_calls[0]
-    args = json.loads(call.function.arguments)
-    if isinstance(choice, dict):
-        assert call.function.name == "get_time"
-    else:
-        assert call.function.name in ("get_weather", "get_time")
-    schema = (WEATHER if call.function.name == "get_weather" else TIME)["function"]["parameters"]
-    jsonschema.validate(args, schema)
-    # The call can be sent back as conversation history.
-    follow = client.chat.completions.create(model="base", max_tokens=3, temperature=0, messages=[
-        {"role": "user", "content": "Weather in Paris?"},
-        {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
-        {"role": "tool", "tool_call_id": call.id, "content": "sunny"}], tools=[WEATHER, TIME])
-    assert follow.choices[0].message.role == "assistant"
-
-
-def test_streamed_tool_call(client):
-    chunks = list(client.chat.completions.create(model="base", messages=[{"role": "user", "content": "time?"}],
-                                                 tools=[TIME], tool_choice="required", max_tokens=100,
-                                                 temperature=0, stream=True))
-    calls = [tc for c in chunks for tc in (c.choices[0].delta.tool_calls or [])]
-    assert calls and calls[0].function.name == "get_time"
-    assert chunks[-1].choices[0].finish_reason == "tool_calls"
-
-
-@pytest.mark.parametrize("max_tokens", [2, 12])
-def test_tool_call_cut_by_max_tokens_is_a_partial_call(client, max_tokens):
-    """finish_reason length, the name and argument text so far in tool_calls, no markup in content."""
-    kw = dict(model="base", messages=[{"role": "user", "content": "Weather?"}], tools=[WEATHER],
-              tool_choice="required", max_tokens=max_tokens, temperature=0)
-    out = client.chat.completions.create(**kw)
-    full = client.chat.completions.create(**{**kw, "max_tokens": 200}).choices[0].message.tool_calls[0]
-    choice = out.choices[0]
-    assert choice.finish_reason == "length"
-    assert choice.message.content is None
-    call = choice.message.tool_calls[0]
-    assert full.function.name.startswith(call.function.name)
-    assert full.function.arguments.startswith(call.function.arguments)
-    chunks = list(client.chat.completions.create(**kw, stream=True))
-    deltas = [tc for c in chunks for tc in (c.choices[0].delta.tool_calls or [])]
-    assert [d.function.arguments for d in deltas] == [call.function.arguments]
-    assert not any(c.choices[0].delta.content for c in chunks)
-    assert chunks[-1].choices[0].finish_reason == "length"
-
-
 def test_embeddings_float_and_base64(client, embed_model_path):
     texts = ["a red apple", "the stock market", "a green pear"]
     floats = client.embeddings.create(model="emb", input=texts)
