@@ -36,7 +36,7 @@ from llamaserve.api.errors import KNOWN_ERRORS, APIError, api_error_for, error_r
 from llamaserve.api.llama_server.completion import llama_completion
 from llamaserve.api.llama_server.props import props, set_props, slots
 from llamaserve.api.llama_server.utility import apply_template, detokenize, tokenize
-from llamaserve.api.middleware import APIKeyAuth, RequestId, RequestMetrics
+from llamaserve.api.middleware import LOOPBACK_NAMES, APIKeyAuth, OpenServerGuard, RequestId, RequestMetrics
 from llamaserve.api.openai.chat import chat_completions, chat_input_tokens
 from llamaserve.api.openai.completions import completions
 from llamaserve.api.openai.embeddings import embeddings, native_embeddings
@@ -154,7 +154,11 @@ def create_app(config: ServerConfig) -> Starlette:
         middleware.append(Middleware(CORSMiddleware, allow_origins=list(config.cors_origins),
                                      allow_methods=["GET", "POST", "DELETE", "OPTIONS"], allow_headers=["*"],
                                      allow_credentials=config.cors_credentials))
-    middleware.append(Middleware(APIKeyAuth, api_key=config.api_key, pages=("/",) if config.web_ui else ()))
+    if config.api_key is None:
+        middleware.append(Middleware(OpenServerGuard, allowed_hosts=allowed_hosts(config),
+                                     cors_origins=config.cors_origins))
+    middleware.append(Middleware(APIKeyAuth, api_key=config.api_key, pages=("/",) if config.web_ui else (),
+                                 admin_key=config.admin_key))
     handlers: dict[Any, Callable[[Request, Any], Awaitable[Response]]] = {
         APIError: _api_error, **{cls: _api_error for cls in KNOWN_ERRORS},
         HTTPException: _http_error, Exception: _unexpected}
@@ -203,6 +207,15 @@ class _Server(uvicorn.Server):
             await super().shutdown(sockets)
         finally:
             cutter.cancel()
+
+
+def allowed_hosts(config: ServerConfig) -> tuple[str, ...]:
+    """The Host names a server without an api_key answers to: `allowed_hosts`, else the loopback names and
+    the address it listens on (unless that is every address)."""
+    if config.allowed_hosts is not None:
+        return config.allowed_hosts
+    own = () if config.host in ("0.0.0.0", "::", "") else (config.host,)
+    return (*LOOPBACK_NAMES, *own)
 
 
 def serve(config: ServerConfig) -> None:

@@ -28,8 +28,19 @@ from llamaserve.serving.choices import Choice, ChoiceEvents
 T = TypeVar("T", bound=BaseModel)
 
 
+def _is_json(content_type: str) -> bool:
+    """application/json, or a JSON type (application/x+json), parameters aside."""
+    media = content_type.partition(";")[0].strip().lower()
+    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
+
+
 async def parse_body(request: Request, schema: type[T]) -> T:
+    """The request's JSON body as `schema`. Only a JSON Content-Type is read: a page can POST text/plain
+    to any site without the browser asking the server first (a CORS "simple request")."""
     limit = server_state(request).config.max_body_bytes
+    if not _is_json(request.headers.get("content-type", "")) and request.headers.get("content-length") != "0" \
+            and ("content-length" in request.headers or "transfer-encoding" in request.headers):
+        raise APIError(415, "send the body as JSON, with Content-Type: application/json")
     if int(request.headers.get("content-length") or 0) > limit:
         raise APIError(413, f"request body is larger than {limit} bytes")
     raw = bytearray()

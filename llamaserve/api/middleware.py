@@ -1,5 +1,6 @@
-"""ASGI middleware: request ids, API-key auth (Bearer, x-api-key or a browser's Basic sign-in, constant-time) and
-per-route request counting."""
+"""ASGI middleware: request ids, API-key auth (Bearer, x-api-key or a browser's Basic sign-in, constant-time;
+an admin key for the admin routes), what keeps web pages out of a server without a key, and per-route
+request counting."""
 
 from __future__ import annotations
 
@@ -70,20 +71,43 @@ def _cross_site(headers: Mapping[bytes, bytes]) -> bool:
     return origin is not None and origin.partition(b"://")[2] != headers.get(b"host", b"")
 
 
+def is_admin_route(method: str, path: str) -> bool:
+    """The routes that change what the server holds for everyone: loading and unloading models and
+    adapters, global adapter scales and props."""
+    return (path.startswith("/admin/") or path.removeprefix("/v1") in ("/load_lora_adapter", "/unload_lora_adapter")
+            or (method == "POST" and path in ("/lora-adapters", "/props")))
+
+
 class APIKeyAuth:
     """Every route but /health and /ready needs the key when one is configured: `Authorization: Bearer
     <key>`, `x-api-key: <key>`, or `Authorization: Basic` with the key as the password. Basic is how a
     browser signs in to the chat page (`pages`, challenged with `WWW-Authenticate: Basic` so the browser
-    asks); it then sends the same credentials with the page's own API calls, and with nothing cross-site."""
+    asks); it then sends the same credentials with the page's own API calls, and with nothing cross-site.
 
-    def __init__(self, app: ASGIApp, api_key: str | None, pages: Collection[str] = ()) -> None:
+    With an `admin_key` the admin routes (is_admin_route) take that key alone, and the others either
+    key; without an `api_key` the others are open."""
+
+    def __init__(self, app: ASGIApp, api_key: str | None, pages: Collection[str] = (),
+                 admin_key: str | None = None) -> None:
         self.app = app
         self.key = api_key.encode() if api_key else None
+        self.admin_key = admin_key.encode() if admin_key else None
         self.pages = frozenset(pages)
 
+    def _keys(self, scope: Scope) -> tuple[bytes, ...]:
+        """The keys that open this request's route; none: it is open."""
+        if self.admin_key is None:
+            return (self.key,) if self.key else ()
+        if is_admin_route(scope["method"], scope["path"]):
+            return (self.admin_key,)
+        return (self.key, self.admin_key) if self.key else ()
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or self.key is None or scope["path"] in OPEN_PATHS \
-                or scope["method"] == "OPTIONS":
+        if scope["type"] != "http" or scope["path"] in OPEN_PATHS or scope["method"] == "OPTIONS":
+            await self.app(scope, receive, send)
+            return
+        keys = self._keys(scope)
+        if not keys:
             await self.app(scope, receive, send)
             return
         headers = dict(scope["headers"])
@@ -92,7 +116,8 @@ class APIKeyAuth:
             given = b"" if _cross_site(headers) else _basic_password(token.strip())
         else:
             given = token.strip() if scheme.lower() == b"bearer" else headers.get(b"x-api-key", b"")
-        if given and hmac.compare_digest(given, self.key):
+        # every key is compared, so the time taken says nothing about which one matched
+        if given and sum(hmac.compare_digest(given, key) for key in keys):
             await self.app(scope, receive, send)
             return
         if scope["path"] in self.pages:                       # a browser: let it ask for the key
@@ -102,11 +127,59 @@ class APIKeyAuth:
             await page(scope, receive, send)
             return
         message = "Incorrect API key provided. Send it as 'Authorization: Bearer <key>' or 'x-api-key: <key>'."
+        if keys == (self.admin_key,):
+            message = "This route needs the admin key (admin_key). Send it as 'Authorization: Bearer <key>'."
         if scope["path"].startswith("/v1/messages"):          # Anthropic's clients read Anthropic's shape
             await JSONResponse(error_body(401, message), status_code=401)(scope, receive, send)
             return
         err = APIError(401, message, code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
         await error_response(err)(scope, receive, send)
+
+
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+SAFE_METHODS = (b"GET", b"HEAD", b"OPTIONS")
+
+
+def host_name(host: bytes) -> str:
+    """The name of a Host header, without its port ("[::1]:8000" -> "::1")."""
+    text = host.decode("latin-1").strip().lower()
+    if text.startswith("["):
+        return text[1:text.find("]")] if "]" in text else text
+    return text.rpartition(":")[0] if text.count(":") == 1 else text
+
+
+class OpenServerGuard:
+    """What keeps web pages out of a server that has no api_key (its inference routes are open):
+
+    - a request whose Host is not one the server answers to (`allowed_hosts`; by default the loopback
+      names and its own `host`) is refused: a DNS-rebinding page would send its own name;
+    - a request that changes something (not GET, HEAD or OPTIONS) started by another site's page
+      (Sec-Fetch-Site, or an Origin that is not this host) is refused unless its Origin is in `cors`.
+    /health and /ready stay open (probes send the pod's address)."""
+
+    def __init__(self, app: ASGIApp, allowed_hosts: Collection[str], cors_origins: Collection[str] = ()) -> None:
+        self.app = app
+        self.any_host = "*" in allowed_hosts
+        self.hosts = frozenset(h.lower().strip("[]") for h in allowed_hosts)
+        self.origins = frozenset(o.encode() for o in cors_origins)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope["headers"])
+        problem = None
+        if not self.any_host and host_name(headers.get(b"host", b"")) not in self.hosts:
+            problem = ("this server has no api_key and answers only to the hosts in allowed_hosts; "
+                       "add this one there, or set an api_key")
+        elif scope["method"].encode() not in SAFE_METHODS and _cross_site(headers) \
+                and headers.get(b"origin") not in self.origins and b"*" not in self.origins:
+            problem = ("a request from another site's page: this server has no api_key, so only pages it "
+                       "serves (or origins listed in cors) may send it requests")
+        if problem is None:
+            await self.app(scope, receive, send)
+            return
+        await error_response(APIError(403, problem, code="forbidden"))(scope, receive, send)
 
 
 class RequestMetrics:

@@ -195,6 +195,8 @@ def _sampling(v: Any) -> dict[str, Any]:
 
 ROOT_KEYS: dict[str, Check] = {
     "host": string, "port": integer(1, 65535), "api_key": optional(lambda v: str(v)),
+    "admin_key": optional(lambda v: str(v)), "allowed_hosts": list_of(string, "strings"),
+    "require_api_key": boolean,
     "default_model": optional(string), "models_dir": optional(string),
     "adapters_dir": optional(_folders), "persist_adapters": boolean,
     "max_loaded_models": optional(integer(1)), "memory_budget": optional(via(parse_size, positive=True)),

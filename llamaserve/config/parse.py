@@ -7,6 +7,7 @@ is a `ServerConfig` of `ModelEntry`s (llamaserve.config.settings).
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import os
@@ -173,14 +174,44 @@ def parse_config(data: dict, source: Path | None, base_dir: Path) -> ServerConfi
                                           settings.get("persist_adapters", False), base_dir, problems)
     if not raw_models and not entries:
         problems.add("models", "no models configured (add a models list, or a models_dir with GGUF models)")
+    _check_keys(data, settings, problems)
     if problems:
         raise ConfigError(list(problems))
 
     settings["media"] = _media_policy(settings.pop("media", None) or {}, base_dir)
     settings.update(models_dir=models_dir, adapters_dirs=adapters_dirs, cors_origins=settings.pop("cors", ()),
-                    api_key=settings.get("api_key") or None, models=tuple(e for _, e in entries),
+                    api_key=settings.get("api_key") or None, admin_key=settings.get("admin_key") or None,
+                    allowed_hosts=tuple(settings["allowed_hosts"]) if "allowed_hosts" in settings else None,
+                    models=tuple(e for _, e in entries),
                     source=Path(os.path.normpath(source.absolute())) if source else None)
     return ServerConfig(**settings)
+
+
+def _check_keys(data: dict, settings: dict, problems: Problems) -> None:
+    """No key on a public address is refused with require_api_key, else warned about loudly; so is a key
+    that came out empty from its environment variable (the server then has none)."""
+    for key in ("api_key", "admin_key"):
+        if isinstance(data.get(key), EnvStr) and not data[key].strip():
+            log.warning("%s: %s is empty after environment interpolation: the server has no %s",
+                        problems.label, key, key.replace("_", " "))
+    host = settings.get("host", "127.0.0.1")
+    if settings.get("api_key") or is_loopback(host):
+        return
+    if settings.get("require_api_key"):
+        problems.add("api_key", f"required (require_api_key: true) to listen on {host}, a non-loopback address")
+    else:
+        log.warning("%s: listening on %s without an api_key: anyone who can reach it may use, load and unload "
+                    "every model (set api_key, or require_api_key: true to refuse this)", problems.label, host)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` (a name or address the server listens on) is this machine only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def _shape_problem(data: Any) -> str | None:

@@ -72,6 +72,10 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 8000
     api_key: str | None = None
+    admin_key: str | None = None            # the key of the admin routes; None: api_key opens them too
+    # Host headers served without an api_key (DNS rebinding); None: loopback names and `host`; "*": any
+    allowed_hosts: tuple[str, ...] | None = None
+    require_api_key: bool = False           # refuse to start on a non-loopback address without api_key
     default_model: str | None = None
     models_dir: Path | None = None
     adapters_dirs: tuple[Path, ...] = ()    # where runtime adapters (POST /admin/adapters) may live
