@@ -11,6 +11,7 @@ import base64
 import binascii
 import contextlib
 import http.client
+import ipaddress
 import os
 import re
 import socket
@@ -41,6 +42,8 @@ class MediaPolicy:
     allowed_dirs: tuple[str, ...] = ()
     max_pixels: int = 50_000_000  # width*height; guards decoders against decompression bombs
     max_images: int = 8           # images in one request
+    # remote hosts (names, addresses or networks) that may be fetched although they are not public
+    remote_allow: tuple[str, ...] = ()
 
 
 _DATA_URI = re.compile(r"data:image/([a-z0-9][a-z0-9.+-]*);base64,(.*)", re.IGNORECASE | re.DOTALL)
@@ -128,11 +131,16 @@ class _Watchdog:
         with contextlib.suppress(OSError):
             sock.shutdown(socket.SHUT_RDWR)  # wakes a blocked recv, unlike close()
 
-    def connection(self, base: type[http.client.HTTPConnection]) -> type[http.client.HTTPConnection]:
+    def connection(self, base: type[http.client.HTTPConnection], allow: tuple[str, ...]
+                   ) -> type[http.client.HTTPConnection]:
         watchdog = self
 
         class Connection(base):  # type: ignore[valid-type,misc]
             def connect(self) -> None:
+                # the address is vetted after resolution and then connected to as vetted (a second lookup
+                # could answer differently: DNS rebinding); TLS still checks the certificate for the name
+                self._create_connection = lambda address, timeout, source: _public_connection(
+                    address, timeout, source, allow)
                 super().connect()
                 watchdog.sockets.append(self.sock)
                 if watchdog.expired:
@@ -140,20 +148,21 @@ class _Watchdog:
 
         return Connection
 
-    def opener(self) -> urllib.request.OpenerDirector:
-        """http(s) only: no file:, ftp: or data: handlers at all."""
+    def opener(self, allow: tuple[str, ...] = ()) -> urllib.request.OpenerDirector:
+        """http(s) only: no file:, ftp: or data: handlers at all, and no proxy (the addresses it would
+        reach could not be vetted). Every connection, redirects' too, goes to a public address only."""
         watchdog, context = self, ssl.create_default_context()
 
         class Http(urllib.request.HTTPHandler):
             def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-                return self.do_open(watchdog.connection(http.client.HTTPConnection), req)
+                return self.do_open(watchdog.connection(http.client.HTTPConnection, allow), req)
 
         class Https(urllib.request.HTTPSHandler):
             def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-                return self.do_open(watchdog.connection(http.client.HTTPSConnection), req, context=context)
+                return self.do_open(watchdog.connection(http.client.HTTPSConnection, allow), req, context=context)
 
         opener = urllib.request.OpenerDirector()
-        for handler in (urllib.request.ProxyHandler(), Http(), Https(context=context), _HttpOnlyRedirects(),
+        for handler in (Http(), Https(context=context), _HttpOnlyRedirects(),
                         urllib.request.HTTPDefaultErrorHandler(), urllib.request.HTTPErrorProcessor()):
             opener.add_handler(handler)
         return opener
@@ -167,7 +176,7 @@ def _load_remote(url: str, policy: MediaPolicy) -> bytes:
     request = urllib.request.Request(url, headers={"User-Agent": "llamacore", "Accept": "image/*"})
     watchdog.timer.start()
     try:
-        with watchdog.opener().open(request, timeout=policy.timeout) as response:
+        with watchdog.opener(policy.remote_allow).open(request, timeout=policy.timeout) as response:
             length = response.headers.get("Content-Length")
             if length is not None and length.isdigit() and int(length) > policy.max_bytes:
                 raise _too_big(int(length), policy)
@@ -180,15 +189,53 @@ def _load_remote(url: str, policy: MediaPolicy) -> bytes:
     except MediaError:
         raise
     except (OSError, http.client.HTTPException, ValueError) as err:
-        reason = err.reason if isinstance(err, urllib.error.URLError) else err
-        if watchdog.expired or isinstance(reason, TimeoutError):
-            raise MediaError(f"image download timed out after {policy.timeout:g} s: {url}") from None
+        # one answer for every failure: a status, a reason or a banner would tell the client what answers
+        # on the server's network
         if isinstance(err, urllib.error.HTTPError):
             err.close()
-            raise MediaError(f"image download failed with HTTP status {err.code}: {url}") from None
-        raise MediaError(f"could not download image from {url}: {reason}") from None
+        raise MediaError(f"could not fetch the image at {url}") from None
     finally:
         watchdog.timer.cancel()
+
+
+def _public_connection(address: tuple[str, int], timeout: Any, source: Any,
+                       allow: tuple[str, ...]) -> socket.socket:
+    """A connection to `address` at an address it resolves to that is public (or in `allow`)."""
+    host, port = address
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError:
+        raise MediaError(f"could not fetch the image: {host!r} does not resolve") from None
+    for family, kind, proto, _, sockaddr in infos:
+        if not _may_fetch(host, str(sockaddr[0]), allow):
+            continue
+        sock = socket.socket(family, kind, proto)
+        try:
+            if timeout is not socket._GLOBAL_DEFAULT_TIMEOUT:  # type: ignore[attr-defined]
+                sock.settimeout(timeout)
+            if source:
+                sock.bind(source)
+            sock.connect(sockaddr)
+            return sock
+        except OSError:
+            sock.close()
+            raise
+    raise MediaError(f"image URLs may not name {host!r}: it is not a public address (loopback, private, "
+                     f"link-local and the like are refused; media.remote_allow lists exceptions)")
+
+
+def _may_fetch(host: str, address: str, allow: tuple[str, ...]) -> bool:
+    """Whether `address` (what `host` resolved to) is public, or allowed by name, address or network."""
+    ip = ipaddress.ip_address(address.split("%")[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    for entry in allow:
+        if entry.lower() == host.lower():
+            return True
+        with contextlib.suppress(ValueError):
+            if ip in ipaddress.ip_network(entry, strict=False):
+                return True
+    return ip.is_global and not ip.is_multicast
 
 
 def _load_local(path: str, shown: str, policy: MediaPolicy) -> bytes:

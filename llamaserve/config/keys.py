@@ -97,7 +97,8 @@ def _folders(v: Any) -> list[str]:
     return list_of(string, "folders")(v)
 
 
-MEDIA_KEYS = ("allow_remote", "max_bytes", "max_images_per_request", "timeout", "allowed_dirs", "max_pixels")
+MEDIA_KEYS = ("allow_remote", "max_bytes", "max_images_per_request", "timeout", "allowed_dirs", "max_pixels",
+              "remote_allow")
 
 
 def _media(v: Any) -> dict[str, Any]:
@@ -107,7 +108,7 @@ def _media(v: Any) -> dict[str, Any]:
     checks: dict[str, Check] = {
         "allow_remote": boolean, "max_bytes": via(parse_size, positive=True),
         "max_images_per_request": integer(1), "timeout": via(parse_duration, positive=True),
-        "allowed_dirs": _folders, "max_pixels": integer(1)}
+        "allowed_dirs": _folders, "max_pixels": integer(1), "remote_allow": list_of(string, "strings")}
     out = {}
     for key, value in v.items():
         if key not in checks:

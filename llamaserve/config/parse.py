@@ -371,7 +371,10 @@ def _projector(label: str, raw: dict, base_dir: Path, problems: Problems) -> Pat
 def _media_policy(raw: dict[str, Any], base_dir: Path) -> MediaPolicy:
     dirs = tuple(str(config_path(d, base_dir)) for d in raw.get("allowed_dirs", ()))
     names = {"max_images_per_request": "max_images"}
-    return MediaPolicy(**{names.get(k, k): v for k, v in raw.items() if k != "allowed_dirs"}, allowed_dirs=dirs)
+    fields = {names.get(k, k): v for k, v in raw.items() if k != "allowed_dirs"}
+    if "remote_allow" in fields:
+        fields["remote_allow"] = tuple(fields["remote_allow"])
+    return MediaPolicy(**fields, allowed_dirs=dirs)
 
 
 def _model_architecture(model: Path, key: str, problems: Problems) -> str | None:

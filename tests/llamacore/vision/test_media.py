@@ -4,8 +4,10 @@ real files; every refusal is a MediaError."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import os
+import socket
 import struct
 import threading
 import time
@@ -196,6 +198,10 @@ class Handler(BaseHTTPRequestHandler):
                 self.send(301, Location="ftp://127.0.0.1/cat.png")
             elif self.path == "/to-cat":
                 self.send(307, Location="/cat.png")
+            elif self.path == "/to-v6-loopback":
+                self.send(302, Location=f"http://[::1]:{self.server.server_address[1]}/cat.png")
+            elif self.path == "/to-metadata":
+                self.send(302, Location="http://169.254.169.254/latest/meta-data/")
             else:
                 self.send(404, b"not found")
         except OSError:  # the client gave up
@@ -212,7 +218,9 @@ def server():
     httpd.server_close()
 
 
-REMOTE = MediaPolicy(allow_remote=True, timeout=0.5, max_bytes=1000)
+# the stand-in server is on loopback: allowed by address, as a deployment would allow an internal host
+REMOTE = MediaPolicy(allow_remote=True, timeout=0.5, max_bytes=1000, remote_allow=("127.0.0.1",))
+PUBLIC_ONLY = MediaPolicy(allow_remote=True, timeout=0.5, max_bytes=1000)
 
 
 def test_remote_refused_by_default(server):
@@ -229,7 +237,7 @@ def test_remote_served_and_redirected_within_http(server):
 
 
 @pytest.mark.parametrize(("path", "message"), [
-    ("/nope", "HTTP status 404"),
+    ("/nope", "could not fetch the image at"),
     ("/page", "unsupported image format"),
     ("/big", "larger than the limit of 1000 bytes"),
     ("/big-unsized", "larger than the limit of 1000 bytes"),
@@ -244,17 +252,53 @@ def test_remote_refusals(server, path, message):
 @pytest.mark.parametrize("path", ["/slow", "/trickle", "/trickle-headers", "/stall"])
 def test_remote_deadline(server, path):
     start = time.monotonic()
-    with pytest.raises(MediaError, match="timed out after 0.5 s"):
+    with pytest.raises(MediaError, match="could not fetch the image at"):
         load_image(server + path, REMOTE)
     assert time.monotonic() - start < 0.8  # the whole fetch, not each read
 
 
 def test_remote_connection_errors(server):
     port = int(server.rsplit(":", 1)[1])
-    with pytest.raises(MediaError, match="could not download image"):
+    with pytest.raises(MediaError, match="could not fetch the image at"):
         load_image("http://127.0.0.1:1/cat.png", REMOTE)  # nothing listens on port 1
-    with pytest.raises(MediaError, match="could not download image"):
+    with pytest.raises(MediaError, match="could not fetch the image at"):
         load_image(f"http://127.0.0.1:{port}x/cat.png", REMOTE)
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "127.1", "0x7f000001", "2130706433", "[::1]",
+                                  "[::ffff:127.0.0.1]", "0.0.0.0", "10.0.0.1", "192.168.0.1", "169.254.169.254",
+                                  "[fe80::1]", "224.0.0.1"])
+def test_loopback_and_private_addresses_are_never_fetched(server, host):
+    """SSRF: every spelling of this machine, private, link-local, multicast and unspecified addresses."""
+    port = int(server.rsplit(":", 1)[1])
+    Handler.hits.clear()
+    with pytest.raises(MediaError, match="not a public address"):
+        load_image(f"http://{host}:{port}/cat.png", PUBLIC_ONLY)
+    assert Handler.hits == []
+
+
+@pytest.mark.parametrize("path", ["/to-v6-loopback", "/to-metadata"])
+def test_a_redirect_to_a_private_address_is_refused(server, path):
+    with pytest.raises(MediaError, match="not a public address"):
+        load_image(server + path, REMOTE)
+
+
+def test_failures_do_not_echo_the_peer():
+    """A banner, a status or a reason would tell the client what answers on the server's network."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def banner() -> None:
+        with contextlib.suppress(OSError):
+            conn, _ = listener.accept()
+            conn.sendall(b"SSH-2.0-OpenSSH_9.0\r\n")
+            time.sleep(0.2)
+            conn.close()
+    threading.Thread(target=banner, daemon=True).start()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/cat.png"
+    with pytest.raises(MediaError) as info:
+        load_image(url, REMOTE)
+    listener.close()
+    assert str(info.value) == f"could not fetch the image at {url}"
 
 
 # -- local files ---------------------------------------------------------------------------------

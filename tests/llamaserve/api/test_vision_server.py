@@ -164,13 +164,18 @@ def test_remote_timeout_is_400_and_server_keeps_serving(tmp_path_factory, tiny_m
                                                         slow_url):
     from server import ServerProcess
 
-    config = {"defaults": {"n_ctx": 256, "n_threads": N_THREADS}, "media": {"allow_remote": True, "timeout": "1s"},
+    config = {"defaults": {"n_ctx": 256, "n_threads": N_THREADS},
+              "media": {"allow_remote": True, "timeout": "1s", "remote_allow": ["127.0.0.1"]},
               "models": [{"alias": "vision", "model": str(tiny_model_path), "mmproj": str(projector_path)}]}
     proc = ServerProcess(config, tmp_path_factory.mktemp("vision-remote")).start()
     try:
         started = time.monotonic()
         error = assert_openai_error(post(proc, {"model": "vision", "messages": message(slow_url)}), 400)
-        assert "timed out" in error["message"] and time.monotonic() - started < 2.5
+        assert "could not fetch the image" in error["message"] and time.monotonic() - started < 2.5
+        # the same server is not fetched under another loopback name: only the address allowed is
+        private = slow_url.replace("127.0.0.1", "[::1]")
+        error = assert_openai_error(post(proc, {"model": "vision", "messages": message(private)}), 400)
+        assert "not a public address" in error["message"]
         ok = post(proc, {"model": "vision", "messages": message(data_uri(0)), "max_tokens": 2})
         assert ok.status_code == 200
     finally:
