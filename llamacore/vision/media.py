@@ -40,7 +40,11 @@ class MediaPolicy:
     max_bytes: int = 20 * 1024 * 1024
     timeout: float = 10.0  # seconds for a remote fetch: connect plus the whole read
     allowed_dirs: tuple[str, ...] = ()
-    max_pixels: int = 50_000_000  # width*height; guards decoders against decompression bombs
+    # width*height of one image (16 MP, 48 MB decoded): projectors downscale to about 1 MP anyway, and
+    # a decoder allocates the declared size whatever the file holds (decompression bombs)
+    max_pixels: int = 16 * 1024 * 1024
+    max_request_pixels: int = 32 * 1024 * 1024   # all the images of one request together
+    max_decoding_pixels: int = 64 * 1024 * 1024  # all requests' images being decoded at once
     max_images: int = 8           # images in one request
     # remote hosts (names, addresses or networks) that may be fetched although they are not public
     remote_allow: tuple[str, ...] = ()
@@ -336,6 +340,45 @@ def _jpeg_size(data: bytes) -> tuple[int, int]:
         i += 1 + length
 
 
+def image_pixels(data: bytes) -> int:
+    """width*height of a checked image, from its header."""
+    width, height = image_size(data, sniff_format(data))
+    return width * height
+
+
+class PixelBudget:
+    """Pixels being decoded at once in this process: a decoder allocates the whole declared image, so
+    requests wait here (up to `wait` seconds) rather than all decode together."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity, self.used = capacity, 0
+        self.cond = threading.Condition()
+
+    @contextlib.contextmanager
+    def hold(self, pixels: int, wait: float = 30.0) -> Any:
+        pixels = min(pixels, self.capacity)
+        with self.cond:
+            if not self.cond.wait_for(lambda: self.used + pixels <= self.capacity, timeout=wait):
+                raise MediaError("the server is busy decoding other images; retry shortly")
+            self.used += pixels
+        try:
+            yield
+        finally:
+            with self.cond:
+                self.used -= pixels
+                self.cond.notify_all()
+
+
+_budgets: dict[int, PixelBudget] = {}
+_budgets_lock = threading.Lock()
+
+
+def decoding_budget(capacity: int) -> PixelBudget:
+    """The process's budget of `capacity` pixels (one per capacity: a server's policy has one)."""
+    with _budgets_lock:
+        return _budgets.setdefault(capacity, PixelBudget(capacity))
+
+
 def check_image(data: bytes, policy: MediaPolicy) -> str:
     """The format of `data`, after refusing unknown formats, bad headers, empty, oversize and huge images."""
     if len(data) > policy.max_bytes:
@@ -361,8 +404,26 @@ def _complete(data: bytes, fmt: str) -> bool:
         return tail.endswith(b"\xff\xd9")
     if fmt == "gif":
         return tail.endswith(b"\x3b")
-    declared = struct.unpack_from("<I", data, 2)[0]      # BMP: the file size its header records
-    return declared == 0 or len(data) >= declared
+    try:
+        return len(data) >= _bmp_needs(data)
+    except struct.error:
+        return False
+
+
+def _bmp_needs(data: bytes) -> int:
+    """The bytes an uncompressed BMP must hold for the size it declares (a header alone would be
+    decoded as a zero-filled image of that size); compressed ones, the file size they record."""
+    declared = struct.unpack_from("<I", data, 2)[0]
+    offset, header_size = struct.unpack_from("<II", data, 10)
+    if header_size == 12:
+        width, height, _, bits = struct.unpack_from("<HHHH", data, 18)
+        compression = 0
+    else:
+        width, height, _, bits, compression = struct.unpack_from("<iiHHI", data, 18)
+    if compression not in (0, 3, 6):                     # BI_RGB, BI_BITFIELDS, BI_ALPHABITFIELDS
+        return declared
+    stride = (abs(width) * bits + 31) // 32 * 4
+    return max(declared, offset + stride * abs(height))
 
 
 def image_urls(messages: Iterable[Any]) -> list[str]:

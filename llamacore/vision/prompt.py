@@ -17,7 +17,7 @@ import os
 import secrets
 from typing import TYPE_CHECKING, Any
 
-from llamacore.vision.media import MediaError, MediaPolicy, load_image
+from llamacore.vision.media import MediaError, MediaPolicy, decoding_budget, image_pixels, load_image
 
 if TYPE_CHECKING:
     from llamacore._core import Batch, Context, Image, ImageChunk, Model, Projector
@@ -78,13 +78,18 @@ def load_images(projector: Projector, urls: list[str], policy: MediaPolicy) -> l
     """Fetch (within `policy`) and decode the images at `urls`; MediaError for any that fails."""
     if len(urls) > policy.max_images:
         raise MediaError(f"{len(urls)} images in one request; at most {policy.max_images} are allowed")
+    blobs = [load_image(url, policy) for url in urls]
+    pixels = sum(map(image_pixels, blobs))
+    if pixels > policy.max_request_pixels:
+        raise MediaError(f"the request's images hold {pixels} pixels together, over the limit of "
+                         f"{policy.max_request_pixels}")
     images = []
-    for url in urls:
-        data = load_image(url, policy)
-        try:
-            images.append(projector.image(data))
-        except ValueError as exc:
-            raise MediaError(str(exc)) from None
+    with decoding_budget(policy.max_decoding_pixels).hold(pixels):
+        for data in blobs:
+            try:
+                images.append(projector.image(data))
+            except ValueError as exc:
+                raise MediaError(str(exc)) from None
     return images
 
 

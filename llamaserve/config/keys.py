@@ -98,7 +98,7 @@ def _folders(v: Any) -> list[str]:
 
 
 MEDIA_KEYS = ("allow_remote", "max_bytes", "max_images_per_request", "timeout", "allowed_dirs", "max_pixels",
-              "remote_allow")
+              "max_request_pixels", "max_decoding_pixels", "remote_allow")
 
 
 def _media(v: Any) -> dict[str, Any]:
@@ -108,7 +108,8 @@ def _media(v: Any) -> dict[str, Any]:
     checks: dict[str, Check] = {
         "allow_remote": boolean, "max_bytes": via(parse_size, positive=True),
         "max_images_per_request": integer(1), "timeout": via(parse_duration, positive=True),
-        "allowed_dirs": _folders, "max_pixels": integer(1), "remote_allow": list_of(string, "strings")}
+        "allowed_dirs": _folders, "max_pixels": integer(1), "max_request_pixels": integer(1),
+        "max_decoding_pixels": integer(1), "remote_allow": list_of(string, "strings")}
     out = {}
     for key, value in v.items():
         if key not in checks:

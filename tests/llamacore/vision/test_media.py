@@ -15,11 +15,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import ClassVar
 
 import pytest
+from image_bombs import bmp_bomb, zero_png
 from PIL import Image
 
 from llamacore.vision.media import (
     MediaError,
     MediaPolicy,
+    PixelBudget,
     check_image,
     image_size,
     image_urls,
@@ -97,6 +99,41 @@ def test_pixel_limit_is_checked_from_the_header():
         check_image(png_claiming(0, 5), MediaPolicy())
     with pytest.raises(MediaError, match="larger than the limit of 10 bytes"):
         check_image(PNG, MediaPolicy(max_bytes=10))
+
+
+def test_a_bmp_header_without_its_pixels_is_refused():
+    """Finding: 54 bytes cost 280 MB decoded. Refused whatever the pixel limit, before any decoder."""
+    bomb = bmp_bomb()
+    assert len(bomb) == 54
+    with pytest.raises(MediaError, match="BMP image is truncated"):
+        check_image(bomb, MediaPolicy(max_pixels=10**9))
+    whole = bmp_bomb(4, 3) + b"\0" * (12 * 3)              # 4x3x24 bits: rows of 12 bytes
+    assert check_image(whole, MediaPolicy()) == "bmp"
+    with pytest.raises(MediaError, match="truncated"):
+        check_image(whole[:-1], MediaPolicy())
+
+
+def test_a_complete_zero_png_is_bounded_by_its_pixels():
+    """Finding: a 143 kB all-zero PNG at 7000x7000 decodes to 147 MB. Over the default 16 MP."""
+    bomb = zero_png(7000, 7000)
+    assert len(bomb) < 200_000
+    with pytest.raises(MediaError, match="7000x7000 pixels, over the limit of 16777216"):
+        check_image(bomb, MediaPolicy())
+
+
+def test_decoding_waits_for_the_pixel_budget():
+    budget = PixelBudget(100)
+    order: list[str] = []
+    with budget.hold(80):
+        waiter = threading.Thread(target=lambda: (budget.hold(50).__enter__(), order.append("second")))
+        waiter.start()
+        time.sleep(0.2)
+        order.append("first done")
+    waiter.join(2)
+    assert order == ["first done", "second"]
+    with budget.hold(100), pytest.raises(MediaError, match="busy decoding"):
+        with budget.hold(1, wait=0.1):
+            pass
 
 
 # -- data: URIs -------------------------------------------------------------------------------

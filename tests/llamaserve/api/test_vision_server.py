@@ -11,6 +11,7 @@ import time
 import httpx
 import pytest
 from helpers import N_THREADS, assert_openai_error
+from image_bombs import bmp_bomb, zero_png
 from tiny_vision import IMAGE_TOKENS, image_bytes, pattern_image
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
@@ -207,3 +208,30 @@ def test_responses_input_image_equals_chat(client):
         {"type": "input_text", "text": "What is in the picture?"},
         {"type": "input_image", "image_url": data_uri(2)}]}])
     assert (out.output_text, out.usage.input_tokens) == answer(client, data_uri(2))
+
+
+def _rss(proc) -> int:
+    status = open(f"/proc/{proc.proc.pid}/status").read()
+    return int(status.split("VmRSS:")[1].split()[0]) * 1024
+
+
+def test_image_bombs_cost_the_server_no_memory(vision_server):
+    """Findings: 54-byte BMP headers declaring the most pixels allowed (4000x4000, 48 MB each decoded) and
+    an all-zero PNG of 7000x7000, several a request. Each is a 400 before any decoder runs, and the server's
+    memory stays put."""
+    before = _rss(vision_server)
+    bmp = "data:image/bmp;base64," + base64.b64encode(bmp_bomb(4000, 4000)).decode()
+    png = "data:image/png;base64," + base64.b64encode(zero_png(7000, 7000)).decode()
+    started = time.monotonic()
+    for _ in range(4):
+        error = assert_openai_error(post(vision_server, {"model": "vision", "messages": message(bmp, bmp, bmp)}), 400)
+        assert "truncated" in error["message"]
+        error = assert_openai_error(post(vision_server, {"model": "vision", "messages": message(png)}), 400)
+        assert "over the limit of 16777216" in error["message"]
+    # three images under the per-image limit but over the request's 32 MP together
+    photo = "data:image/png;base64," + base64.b64encode(zero_png(4000, 3000)).decode()
+    error = assert_openai_error(post(vision_server, {"model": "vision", "messages": message(photo, photo, photo)}),
+                                400)
+    assert "pixels together, over the limit of 33554432" in error["message"]
+    assert time.monotonic() - started < 10
+    assert _rss(vision_server) - before < 64 * 1024 * 1024
