@@ -280,11 +280,13 @@ cdef class Model:
         if len(data) > 0x7FFFFFF0:
             raise ValueError("text is too long to tokenize")
         cdef vector[llama_token] out = vector[llama_token](len(data) + 8)
-        cdef int32_t n = llama.llama_tokenize(self.vocab, data, len(data), out.data(), out.size(),
-                                              add_special, parse_special)
-        if n < 0:
-            out.resize(-n)
-            n = llama.llama_tokenize(self.vocab, data, len(data), out.data(), out.size(), add_special, parse_special)
+        cdef const char * text_p = data
+        cdef int32_t size = len(data), n
+        with nogil:                     # megabytes of text take seconds: other threads run meanwhile
+            n = llama.llama_tokenize(self.vocab, text_p, size, out.data(), out.size(), add_special, parse_special)
+            if n < 0:
+                out.resize(-n)
+                n = llama.llama_tokenize(self.vocab, text_p, size, out.data(), out.size(), add_special, parse_special)
         if n < 0:
             raise ValueError("tokenization failed")
         return [out[i] for i in range(n)]
@@ -314,12 +316,14 @@ cdef class Model:
             ids[i] = tokens[i]
         self._check_tokens(ids.data(), n)
         cdef vector[char] text = vector[char](n * 8 + 16)
-        cdef int32_t got = llama.llama_detokenize(self.vocab, ids.data(), n, text.data(), text.size(),
-                                                  remove_special, unparse_special)
-        if got < 0:
-            text.resize(-got)
+        cdef int32_t got
+        with nogil:
             got = llama.llama_detokenize(self.vocab, ids.data(), n, text.data(), text.size(),
                                          remove_special, unparse_special)
+            if got < 0:
+                text.resize(-got)
+                got = llama.llama_detokenize(self.vocab, ids.data(), n, text.data(), text.size(),
+                                             remove_special, unparse_special)
         if got < 0:
             raise ValueError("detokenization failed")
         return text.data()[:got]

@@ -28,6 +28,10 @@ from llamaserve.serving.choices import Choice, ChoiceEvents
 T = TypeVar("T", bound=BaseModel)
 
 
+# messages (or Responses input items) one request may hold: each is validated and rendered
+MAX_MESSAGES = 4096
+
+
 def _is_json(content_type: str) -> bool:
     """application/json, or a JSON type (application/x+json), parameters aside."""
     media = content_type.partition(";")[0].strip().lower()
@@ -56,6 +60,9 @@ async def parse_body(request: Request, schema: type[T]) -> T:
         raise APIError(400, "request body is nested too deeply") from None
     if not isinstance(data, dict):
         raise APIError(400, "request body must be a JSON object")
+    for key in ("messages", "input"):
+        if isinstance(data.get(key), list) and len(data[key]) > MAX_MESSAGES:
+            raise APIError(400, f"{key}: {len(data[key])} items; at most {MAX_MESSAGES} are accepted", param=key)
     try:
         return schema.model_validate(data)
     except ValidationError as exc:

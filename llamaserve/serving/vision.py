@@ -7,13 +7,11 @@ loop keeps serving; every refusal is a MediaError, which the routes answer with 
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
-
-from anyio.to_thread import run_sync
 
 from llamacore.vision.media import MediaError, image_urls
 from llamacore.vision.prompt import load_images
+from llamaserve.serving.offload import off_loop
 
 T = TypeVar("T")
 
@@ -32,11 +30,11 @@ async def load_message_images(config: ServerConfig, projector: Projector | None,
     if projector is None:
         raise MediaError(f"image input is not supported: model {alias!r} has no vision "
                          "projector (clip_model_path, or mmproj, in its config entry)")
-    return projector, await run_sync(load_images, projector, urls, config.media)
+    return projector, await off_loop(load_images, projector, urls, config.media)
 
 
 async def prompt_off_loop(build: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
     """build(*args, **kwargs) for a prompt, on a worker thread: rendering (llama.cpp's chat layer releases
     the GIL) and tokenizing take milliseconds, and images are decoded while laid out (for a model in a
     worker process, waiting on that process)."""
-    return await run_sync(partial(build, *args, **kwargs))
+    return await off_loop(build, *args, **kwargs)

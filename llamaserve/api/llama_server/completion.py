@@ -15,6 +15,7 @@ from llamaserve.api.errors import APIError
 from llamaserve.api.llama_server.protocol import NativeCompletionRequest, final, probabilities, prompts
 from llamaserve.api.state import server_state
 from llamaserve.serving.choices import Choice, run_choices_reporting
+from llamaserve.serving.offload import off_loop
 from llamaserve.serving.structured import check_grammar, stops_and_grammar
 
 
@@ -38,10 +39,13 @@ async def llama_completion(request: Request) -> Response:
         def tokenize(text: str, first: bool) -> list[int]:
             return model.tokenize(text, add_special=first, parse_special=True)
 
-        try:
+        def prepare_tokens() -> list[list[int]]:
             body.token_bias(tokenize)
             body.ban_eog(model)
-            token_lists = prompts(body.prompt, tokenize)
+            return prompts(body.prompt, tokenize)
+
+        try:
+            token_lists = await off_loop(prepare_tokens)
         except ValueError as exc:
             raise APIError(400, str(exc), param="prompt") from None
         for tokens in token_lists:

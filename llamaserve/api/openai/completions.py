@@ -23,6 +23,7 @@ from llamaserve.api.errors import APIError
 from llamaserve.api.openai.protocol import CompletionRequest
 from llamaserve.api.state import server_state
 from llamaserve.serving.choices import Choice, cached_tokens, run_choices
+from llamaserve.serving.offload import off_loop
 from llamaserve.serving.structured import check_grammar, stops_and_grammar
 
 
@@ -58,7 +59,7 @@ async def completions(request: Request) -> Response:
     async def prepare(stack: AsyncExitStack) -> Prepared:
         acquired = await acquire_engine(stack, state.registry, body, body.model)
         entry, engine = acquired.entry, acquired.engine
-        prompts = _prompts(body, engine.model)
+        prompts = await off_loop(_prompts, body, engine.model)
         if body.grammar is not None:
             await check_grammar(engine.model, body.grammar)
         for tokens in prompts:

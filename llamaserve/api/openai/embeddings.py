@@ -18,6 +18,7 @@ from llamaserve.api.errors import APIError
 from llamaserve.api.llama_server.protocol import prompts
 from llamaserve.api.openai.protocol import EmbeddingRequest, NativeEmbeddingRequest
 from llamaserve.api.state import server_state
+from llamaserve.serving.offload import off_loop
 
 _MEDIA = ("image_url", "input_audio", "input_video")
 
@@ -71,7 +72,7 @@ async def _embed(request: Request, body: EmbeddingRequest, raw: Any, oai: bool) 
             return model.tokenize(text, add_special=first, parse_special=False)
 
         try:
-            token_lists = input_tokens(raw, tokenize)
+            token_lists = await off_loop(input_tokens, raw, tokenize)
         except ValueError as exc:
             raise APIError(400, str(exc), param="input") from None
         async with loaded.embed_lock:

@@ -174,7 +174,7 @@ class TokenizeRequest(_Request):
 
 class DetokenizeRequest(_Request):
     model: str | None = None
-    tokens: list[StrictInt] = []
+    tokens: list[Annotated[StrictInt, Field(ge=0, lt=2**31)]] = []
 
 
 class ApplyTemplateRequest(ThinkingFields):
