@@ -24,7 +24,9 @@ _EXPORTS = {
     "Model": "_core", "Projector": "_core", "Sampler": "_core", "TokenLoop": "_core",
     "llama_cpp_version": "_core", "max_parallel_sequences": "_core", "set_verbose": "_core",
     "supports_gpu_offload": "_core", "system_info": "_core",
+    "grammar_work_limit": "_core", "set_grammar_work_limit": "_core",
     "ContextFullError": "errors", "DecodeAbortedError": "errors", "DecodeError": "errors",
+    "GrammarBudgetError": "errors",
     "Llama": "llama", "LlamaGrammar": "llama_grammar",
     "LogitsProcessorList": "generation.processors", "StoppingCriteriaList": "generation.processors",
     # llama-cpp-python's top-level names for its caches, states and tokenizers
@@ -54,13 +56,15 @@ if _TYPE_CHECKING:
         Projector,
         Sampler,
         TokenLoop,
+        grammar_work_limit,
         llama_cpp_version,
         max_parallel_sequences,
+        set_grammar_work_limit,
         set_verbose,
         supports_gpu_offload,
         system_info,
     )
-    from llamacore.errors import ContextFullError, DecodeAbortedError, DecodeError
+    from llamacore.errors import ContextFullError, DecodeAbortedError, DecodeError, GrammarBudgetError
     from llamacore.generation.processors import LogitsProcessorList, StoppingCriteriaList
     from llamacore.llama import Llama
     from llamacore.llama_cache import BaseLlamaCache, LlamaCache, LlamaDiskCache, LlamaRAMCache, LlamaState

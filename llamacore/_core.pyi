@@ -216,6 +216,11 @@ class Sampler:
     @property
     def seed(self) -> int: ...
 
+DEFAULT_GRAMMAR_WORK_LIMIT: int
+
+def set_grammar_work_limit(steps: int) -> None: ...
+def grammar_work_limit() -> int: ...
+
 
 @disjoint_base
 class TokenLoop:

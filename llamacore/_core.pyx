@@ -27,4 +27,5 @@ include "core/quantize.pyx"
 include "core/chat.pyx"
 
 _backend_init()
+_init_grammar_work_limit()
 _install_log_callback()

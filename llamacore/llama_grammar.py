@@ -12,6 +12,7 @@ import os
 from typing import Any
 
 from llamacore.grammar.json_schema import schema_to_grammar
+from llamacore.grammar.limits import GrammarLimits, check_gbnf
 
 
 class LlamaGrammar:
@@ -24,12 +25,14 @@ class LlamaGrammar:
 
     @classmethod
     def from_string(cls, grammar: str, verbose: bool = True) -> LlamaGrammar:
+        """A GBNF grammar; GrammarLimitError when it would be too large for llama.cpp to hold (limits.check_gbnf)."""
+        check_gbnf(grammar, GrammarLimits())
         return cls(_grammar=grammar)
 
     @classmethod
     def from_file(cls, file: str | os.PathLike[str], verbose: bool = True) -> LlamaGrammar:
         with open(file, encoding="utf-8") as f:
-            return cls(_grammar=f.read())
+            return cls.from_string(f.read())
 
     @classmethod
     def from_json_schema(cls, json_schema: str, verbose: bool = True) -> LlamaGrammar:

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import os
 import signal
 import socket
 import time
@@ -21,6 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from llamacore import set_grammar_work_limit
 from llamaserve.api.admin import (
     add_adapter,
     admin_load,
@@ -91,6 +93,9 @@ def _unversioned(routes: list[Route]) -> list[Route]:
 
 
 def create_app(config: ServerConfig) -> Starlette:
+    # one grammar operation's work, here and in worker processes (they read it at import)
+    os.environ["LLAMACORE_GRAMMAR_WORK_LIMIT"] = str(config.grammar_work_limit)
+    set_grammar_work_limit(config.grammar_work_limit)
     metrics = Metrics()
     registry = Registry(config, metrics)
     drain = Drain()

@@ -104,6 +104,8 @@ cdef class Sampler:
                              f"the full candidate list before it is truncated or a token is selected")
         cdef bytes g = grammar.encode()
         cdef bytes r = root.encode()
+        cdef const char * g_p = g
+        cdef const char * r_p = r
         cdef list patterns = [p.encode() for p in (trigger_patterns or ())]
         cdef vector[const char *] c_patterns
         cdef vector[llama_token] c_tokens
@@ -117,11 +119,12 @@ cdef class Sampler:
             model._check_token(t)
         cdef llama.llama_sampler * stage
         _error_mark()
-        if c_patterns.empty() and c_tokens.empty():
-            stage = llama.llama_sampler_init_grammar(model.vocab, g, r)
-        else:
-            stage = llama.llama_sampler_init_grammar_lazy_patterns(
-                model.vocab, g, r, c_patterns.data(), c_patterns.size(), c_tokens.data(), c_tokens.size())
+        with nogil:               # a large grammar takes a while to build its first stacks
+            if c_patterns.empty() and c_tokens.empty():
+                stage = llama.llama_sampler_init_grammar(model.vocab, g_p, r_p)
+            else:
+                stage = llama.llama_sampler_init_grammar_lazy_patterns(
+                    model.vocab, g_p, r_p, c_patterns.data(), c_patterns.size(), c_tokens.data(), c_tokens.size())
         if stage != NULL and taken:
             try:
                 _take(stage, taken, model)
@@ -129,6 +132,7 @@ cdef class Sampler:
                 llama.llama_sampler_free(stage)
                 raise
         self._add(stage, "grammar")
+        self.has_grammar = True
         self.n_vocab = model.n_vocab
         return self
 
@@ -155,7 +159,19 @@ cdef class Sampler:
             return llamacore_argmax(logits, ctx.model.n_vocab)
         with nogil:
             token = llama.llama_sampler_sample(self.chain, ctx.ptr, idx)
+        if self.has_grammar:
+            self._check_grammar()
         return token
+
+    cdef int _check_grammar(self) except -1:
+        cdef int i
+        for i, name in enumerate(self.stages):
+            if name == "grammar" and llama.llama_sampler_grammar_exhausted(llama.llama_sampler_chain_get(self.chain, i)):
+                raise GrammarBudgetError(
+                    f"the grammar took more than {grammar_work_limit()} steps at one token: it is too ambiguous "
+                    "to follow in bounded time (optional items inside repetitions, e.g. (\"a\"?){0,150}); "
+                    "simplify it")
+        return 0
 
     def accept(self, int token):
         """Tell stateful stages (penalties, grammar) about a token chosen elsewhere.
@@ -206,3 +222,30 @@ cdef int _take(llama.llama_sampler * stage, list tokens, Model model) except -1:
                              f"({model.token_to_piece(t, True)!r})")
         llama.llama_sampler_accept(stage, t)
     return 0
+
+
+# the default grammar work limit: about 0.15-0.3 s of one core for one operation, some 20 times what a
+# JSON schema's grammar needs on a 150k-token vocabulary; LLAMACORE_GRAMMAR_WORK_LIMIT overrides it
+DEFAULT_GRAMMAR_WORK_LIMIT = 20_000_000
+_grammar_work_limit = 0
+
+
+def set_grammar_work_limit(int steps):
+    """Bound the work of one grammar operation (first stacks, one token's constraint, one accept) in
+    steps of llama.cpp's grammar stacks, process-wide; 0 = unbounded. Past it a grammar is refused at
+    creation, or ends its generation with GrammarBudgetError (vendor patch 0017)."""
+    global _grammar_work_limit
+    if steps < 0:
+        raise ValueError("the grammar work limit is a number of steps >= 0")
+    _grammar_work_limit = steps
+    llama.llama_grammar_set_work_limit(steps)
+
+
+def _init_grammar_work_limit():
+    raw = os.environ.get("LLAMACORE_GRAMMAR_WORK_LIMIT", "")
+    set_grammar_work_limit(int(raw) if raw.strip().isdigit() else DEFAULT_GRAMMAR_WORK_LIMIT)
+
+
+def grammar_work_limit():
+    """The current grammar work limit (0: unbounded)."""
+    return _grammar_work_limit

@@ -44,6 +44,21 @@ def cost(body: str) -> int:
     return len(body) + extra
 
 
+MAX_RULES = 16_384      # rule definitions of a GBNF grammar given as text
+
+
+def check_gbnf(text: str, limits: GrammarLimits) -> None:
+    """Refuse a GBNF grammar given as text (a request's `grammar`, LlamaGrammar) that would exceed
+    `limits.max_size` as llama.cpp expands it, or has more than MAX_RULES rules (GrammarLimitError)."""
+    weight = cost(text)
+    if weight > limits.max_size:
+        raise GrammarLimitError(f"the grammar weighs {weight} bytes with its repetitions expanded, over the limit "
+                                f"of {limits.max_size} (grammar_max_size)")
+    rules = text.count("::=")
+    if rules > MAX_RULES:
+        raise GrammarLimitError(f"the grammar has {rules} rules, over the limit of {MAX_RULES}")
+
+
 class Budget:
     """What one conversion may still spend; raises GrammarLimitError when it runs out."""
 

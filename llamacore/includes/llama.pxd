@@ -354,6 +354,8 @@ cdef extern from "llama.h" nogil:
                                                              size_t num_trigger_patterns,
                                                              const llama_token * trigger_tokens,
                                                              size_t num_trigger_tokens)
+    void llama_grammar_set_work_limit(uint64_t steps)
+    bint llama_sampler_grammar_exhausted(const llama_sampler * smpl)
     llama_sampler * llama_sampler_init_penalties(int32_t n_vocab, int32_t penalty_last_n, float penalty_repeat, float penalty_freq, float penalty_present)
     llama_sampler * llama_sampler_init_logit_bias(int32_t n_vocab, int32_t n_logit_bias, const llama_logit_bias * logit_bias)
     uint32_t llama_sampler_get_seed(const llama_sampler * smpl)

@@ -28,5 +28,5 @@ import sys
 
 import numpy as np
 
-from llamacore.errors import ContextFullError, DecodeAbortedError, DecodeError
+from llamacore.errors import ContextFullError, DecodeAbortedError, DecodeError, GrammarBudgetError
 from llamacore.gguf.check import check_gguf_file as _check_gguf_file

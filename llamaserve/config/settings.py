@@ -103,6 +103,7 @@ class ServerConfig:
     grammar_max_size: int = 2 * 1024 * 1024       # largest grammar a schema may compile to
     grammar_max_depth: int = 64                   # deepest schema nesting
     grammar_timeout: float = 2.0                  # seconds a schema may take to compile
+    grammar_work_limit: int = 20_000_000          # stack steps of one grammar operation (vendor patch 0017)
     responses_store_size: int = 1000              # /v1/responses kept for previous_response_id (0: none)
     media: MediaPolicy = MediaPolicy()            # where images in requests may come from, and their limits
     models: tuple[ModelEntry, ...] = ()

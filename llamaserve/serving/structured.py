@@ -19,7 +19,7 @@ from prometheus_client.registry import Collector
 from llamacore import Model, Sampler
 from llamacore.chat.prompt import grammar_for
 from llamacore.grammar.cache import GrammarCache
-from llamacore.grammar.limits import GrammarLimits
+from llamacore.grammar.limits import GrammarLimits, check_gbnf
 from llamaserve.config.settings import ModelEntry, ServerConfig
 from llamaserve.errors import RequestError
 from llamaserve.models.registry import Registry
@@ -59,10 +59,12 @@ class _CacheCollector(Collector):
         yield GaugeMetricFamily("llamaserve_grammar_cache_bytes", "Bytes of grammar text in the cache", value=c.size)
 
 
-async def check_grammar(model: Model, grammar: str) -> None:
-    """Parse a client's GBNF grammar with llama.cpp (off the event loop); RequestError with the
-    parser's reason when it does not parse, before any response has started."""
+async def check_grammar(model: Model, grammar: str, limits: GrammarLimits | None = None) -> None:
+    """Check a client's GBNF grammar before any response has started: its size and rule count against
+    `limits`, then llama.cpp's parser and its first stacks, off the event loop and within the grammar
+    work limit (an ambiguous grammar is refused here). RequestError with the reason."""
     try:
+        check_gbnf(grammar, limits or GrammarLimits())
         await asyncio.to_thread(Sampler().grammar, model, grammar)
     except ValueError as exc:
         raise RequestError(f"grammar: {exc}", param="grammar") from None

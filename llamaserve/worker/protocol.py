@@ -19,6 +19,7 @@ from typing import Any
 
 import msgspec
 
+from llamacore.errors import GrammarBudgetError
 from llamacore.generation.events import EngineEvent, Failed, Finished, FinishReason, Progress, Started, Token
 from llamacore.generation.logprobs import TokenLogprob
 from llamacore.generation.sampling import SamplingParams
@@ -159,7 +160,8 @@ FromForkServer = ForkReady | Spawned | Exited
 # exception types that keep their type across the process line (the server maps them to statuses)
 _ERRORS: dict[str, type[BaseException]] = {
     t.__name__: t for t in (ValueError, FileNotFoundError, PermissionError, KeyError, OverflowError,
-                            EngineClosedError, QueueFullError, MemoryError, RPCUnavailableError)}
+                            EngineClosedError, QueueFullError, MemoryError, RPCUnavailableError,
+                            GrammarBudgetError)}
 
 
 def encode_error(exc: BaseException) -> WireError:

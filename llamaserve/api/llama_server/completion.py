@@ -55,7 +55,7 @@ async def llama_completion(request: Request) -> Response:
                                param="prompt")
             check_prompt_fits(len(tokens), engine.n_ctx_seq, param="prompt")
         if body.grammar is not None:
-            await check_grammar(model, body.grammar)
+            await check_grammar(model, body.grammar, state.grammars.limits)
         choices = [Choice(index=i, tokens=t or [model.token_bos], sampling=body.sampling(grammar))
                    for i, t in enumerate(token_lists)]
         # token ids come with log-probability entries: ask for those (no alternatives) when ids are sent back

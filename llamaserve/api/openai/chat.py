@@ -54,7 +54,7 @@ async def chat_completions(request: Request) -> Response:
             raise APIError(400, str(exc)) from None
         check_prompt_fits(len(tokens), engine.n_ctx_seq)
         if body.grammar is not None:
-            await check_grammar(engine.model, body.grammar)
+            await check_grammar(engine.model, body.grammar, state.grammars.limits)
         choices = [Choice(index=j, tokens=tokens, sampling=samplings[j]) for j in range(body.n)]
         events = run_choices_reporting(
             engine, choices, stack, max_tokens=body.max_completion_tokens or body.max_tokens,

@@ -61,7 +61,7 @@ async def completions(request: Request) -> Response:
         entry, engine = acquired.entry, acquired.engine
         prompts = await off_loop(_prompts, body, engine.model)
         if body.grammar is not None:
-            await check_grammar(engine.model, body.grammar)
+            await check_grammar(engine.model, body.grammar, state.grammars.limits)
         for tokens in prompts:
             check_prompt_fits(len(tokens), engine.n_ctx_seq)
         choices = [Choice(index=i * body.n + j, tokens=tokens, sampling=body.sampling(grammar, j))
