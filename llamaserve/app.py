@@ -38,7 +38,14 @@ from llamaserve.api.errors import KNOWN_ERRORS, APIError, api_error_for, error_r
 from llamaserve.api.llama_server.completion import llama_completion
 from llamaserve.api.llama_server.props import props, set_props, slots
 from llamaserve.api.llama_server.utility import apply_template, detokenize, tokenize
-from llamaserve.api.middleware import LOOPBACK_NAMES, APIKeyAuth, OpenServerGuard, RequestId, RequestMetrics
+from llamaserve.api.middleware import (
+    LOOPBACK_NAMES,
+    APIKeyAuth,
+    OpenServerGuard,
+    RequestId,
+    RequestMetrics,
+    SendTimeout,
+)
 from llamaserve.api.openai.chat import chat_completions, chat_input_tokens
 from llamaserve.api.openai.completions import completions
 from llamaserve.api.openai.embeddings import embeddings, native_embeddings
@@ -153,7 +160,8 @@ def create_app(config: ServerConfig) -> Starlette:
     if config.web_ui:
         routes.append(Route("/", chat_page, methods=["GET"]))
     routes += _unversioned(routes)
-    middleware = [Middleware(RequestId), Middleware(RequestMetrics, metrics=metrics, routes=routes),
+    middleware = [Middleware(SendTimeout, seconds=config.send_timeout), Middleware(RequestId),
+                  Middleware(RequestMetrics, metrics=metrics, routes=routes),
                   Middleware(DrainMiddleware, drain=drain)]
     if config.cors_origins:
         middleware.append(Middleware(CORSMiddleware, allow_origins=list(config.cors_origins),

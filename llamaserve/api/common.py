@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import json
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -16,7 +18,7 @@ from starlette.responses import JSONResponse, Response
 from llamacore.generation.sampling import SamplingParams
 from llamaserve.api.errors import APIError, api_error_for
 from llamaserve.api.openai.protocol import AdapterFields
-from llamaserve.api.sse import event, first_event, sse_response
+from llamaserve.api.sse import CLIENT_CLOSED_REQUEST, disconnected, event, first_event, sse_response
 from llamaserve.api.state import server_state
 from llamaserve.config.settings import ModelEntry
 from llamaserve.engine.client import EngineClient
@@ -181,11 +183,33 @@ async def respond(request: Request, stream: bool, prepare: Callable[[AsyncExitSt
                 return left
             handed_over = True
             return sse_response(make_chunks(), release=stack.aclose, encode=encode, end=end, on_error=on_error)
-        async for _ in events:
-            pass
+        if not await drained_unless_gone(events, request):
+            return Response(status_code=CLIENT_CLOSED_REQUEST)      # its work is cancelled as the stack closes
     except Exception as exc:        # the server's own errors, and an engine's failure, as the client sees them
         raise api_error_for(exc) from None
     finally:
         if not handed_over:
             await stack.aclose()
     return JSONResponse(make_result())
+
+
+async def drained_unless_gone(events: AsyncIterator[Any], request: Request) -> bool:
+    """Consume `events` to their end (True), unless the client disconnects first (False): a non-streamed
+    answer nobody will read must not keep its slot (llama-server cancels these too)."""
+    async def drain() -> None:
+        async for _ in events:
+            pass
+    done = asyncio.ensure_future(drain())
+    gone = asyncio.ensure_future(disconnected(request))
+    try:
+        await asyncio.wait((done, gone), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not done.done():
+            done.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await done
+    if done.cancelled():
+        return False
+    done.result()
+    return True

@@ -4,9 +4,11 @@ request counting."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import hmac
+import logging
 import re
 import uuid
 from collections.abc import Collection, Mapping, Sequence
@@ -19,6 +21,8 @@ from llamaserve.api.anthropic.protocol import error_body
 from llamaserve.api.errors import APIError, error_response
 from llamaserve.runtime.logs import request_id
 from llamaserve.runtime.metrics import Metrics
+
+log = logging.getLogger(__name__)
 
 OPEN_PATHS = {"/health", "/ready"}      # probes (liveness, readiness) send no key
 
@@ -180,6 +184,41 @@ class OpenServerGuard:
             await self.app(scope, receive, send)
             return
         await error_response(APIError(403, problem, code="forbidden"))(scope, receive, send)
+
+
+class _ClientStalled(Exception):
+    """A send made no progress within the send timeout."""
+
+
+class SendTimeout:
+    """Drops a connection whose client has read nothing for `seconds`: a send that cannot complete (the
+    client's window is full) holds the response's memory and, before the answer was all made, its turn.
+    The connection is closed without the rest of the response."""
+
+    def __init__(self, app: ASGIApp, seconds: float) -> None:
+        self.app = app
+        self.seconds = seconds
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not self.seconds:
+            await self.app(scope, receive, send)
+            return
+
+        async def timed(message: Message) -> None:
+            try:
+                await asyncio.wait_for(send(message), self.seconds)
+            except TimeoutError:
+                raise _ClientStalled from None
+        try:
+            await self.app(scope, receive, timed)
+        except _ClientStalled:
+            log.warning("%s %s: the client read nothing for %g s (send_timeout); its connection is dropped",
+                        scope["method"], scope["path"], self.seconds)
+        except BaseExceptionGroup as group:      # from inside a response's task group
+            if not group.subgroup(_ClientStalled) or group.subgroup(lambda e: not isinstance(e, _ClientStalled)):
+                raise
+            log.warning("%s %s: the client read nothing for %g s (send_timeout); its connection is dropped",
+                        scope["method"], scope["path"], self.seconds)
 
 
 class RequestMetrics:

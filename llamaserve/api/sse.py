@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -42,7 +43,7 @@ async def first_event(events: ChoiceEvents[Any], request: Request) -> Response |
     (its work is cancelled when the caller closes the request's stack).
     """
     ready = asyncio.ensure_future(events.ready())
-    gone = asyncio.ensure_future(_disconnected(request))
+    gone = asyncio.ensure_future(disconnected(request))
     try:
         await asyncio.wait((ready, gone), return_when=asyncio.FIRST_COMPLETED)
     finally:
@@ -55,7 +56,7 @@ async def first_event(events: ChoiceEvents[Any], request: Request) -> Response |
     return None
 
 
-async def _disconnected(request: Request) -> None:
+async def disconnected(request: Request) -> None:
     """Returns once the client has closed the connection (the body was read already)."""
     while (await request.receive())["type"] != "http.disconnect":
         pass
@@ -69,20 +70,39 @@ def sse_response(chunks: AsyncGenerator[Any, None], release: Callable[[], Awaita
     (Another API's stream: `encode` writes a chunk, `end` closes the stream, `on_error` writes the
     error event; Anthropic's Messages stream ends without [DONE].)
 
-    `release` (unpinning the model) runs when the stream ends, fails or the client disconnects:
-    from the body's `finally`, and again as the response's background task for a client gone
-    before the body started. Running it twice is safe (`AsyncExitStack.aclose` is idempotent).
+    `release` (unpinning the model) runs as soon as the last chunk is made, whether or not the client
+    has read the ones before (a task writes them into a queue that the response sends from: a
+    client that stops reading holds bytes, not the model), or when the client disconnects; and again
+    as the response's background task for a client gone before the body started. Running it twice is
+    safe (`AsyncExitStack.aclose` is idempotent).
     """
-    async def body() -> AsyncIterator[str]:
+    frames: asyncio.Queue[tuple[bool, str]] = asyncio.Queue()      # (last, text); bounded by max_tokens
+
+    async def produce() -> None:
         try:
             async for chunk in chunks:
-                yield encode(chunk)
-            yield end
+                frames.put_nowait((False, encode(chunk)))
+            frames.put_nowait((True, end))
         except Exception as exc:        # mid-stream: an error event in place of the rest
             err = api_error_for(exc)
-            yield on_error(err) if on_error is not None else event(err.body()) + end
+            frames.put_nowait((True, on_error(err) if on_error is not None else event(err.body()) + end))
         finally:
             await chunks.aclose()
+            await release()
+
+    async def body() -> AsyncIterator[str]:
+        producer = asyncio.ensure_future(produce())
+        try:
+            while True:
+                last, text = await frames.get()
+                yield text
+                if last:
+                    break
+        finally:
+            if not producer.done():       # the client left: stop the generation too
+                producer.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await producer
             await release()
     return StreamingResponse(body(), media_type="text/event-stream", background=BackgroundTask(release),
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

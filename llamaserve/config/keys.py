@@ -205,7 +205,7 @@ ROOT_KEYS: dict[str, Check] = {
     "idle_unload": optional(via(parse_duration)), "parallel": integer(1), "max_queue": integer(0),
     "lora_steps_per_turn": integer(1), "kv_unified": boolean, "share_prefixes": boolean, "cache_ram": via(parse_size),
     "log_level": choice(LOG_LEVELS), "cors": _cors, "cors_credentials": boolean,
-    "max_body_bytes": via(parse_size, positive=True),
+    "max_body_bytes": via(parse_size, positive=True), "send_timeout": via(parse_duration),
     "shutdown_grace": number(), "drain_delay": via(parse_duration), "ready_requires_model": boolean,
     "web_ui": boolean, "unknown_model": choice(UNKNOWN_MODEL_POLICIES), "metrics": boolean,
     "verbose_responses": boolean,

@@ -92,6 +92,7 @@ class ServerConfig:
     cors_origins: tuple[str, ...] = ()
     cors_credentials: bool = False          # CORS answers allow credentials (with "*": echo the Origin)
     max_body_bytes: int = 4 * 1024 * 1024
+    send_timeout: float = 60.0              # a connection whose client reads nothing this long is dropped
     shutdown_grace: float = 10.0
     drain_delay: float = 0.0                # after SIGTERM: seconds /ready answers 503 while serving on
     ready_requires_model: bool = False      # /ready only once the default model is loaded (loaded at start)
