@@ -34,7 +34,8 @@ from llamaserve.api.admin import (
     vllm_unload,
 )
 from llamaserve.api.anthropic.routes import count_tokens, messages
-from llamaserve.api.errors import KNOWN_ERRORS, APIError, api_error_for, error_response
+from llamaserve.api.common import is_admin
+from llamaserve.api.errors import KNOWN_ERRORS, APIError, api_error_for, error_response, for_client
 from llamaserve.api.llama_server.completion import llama_completion
 from llamaserve.api.llama_server.props import props, set_props, slots
 from llamaserve.api.llama_server.utility import apply_template, detokenize, tokenize
@@ -76,7 +77,7 @@ log = logging.getLogger(__name__)
 
 
 async def _api_error(request: Request, exc: Exception) -> Response:
-    return error_response(api_error_for(exc))
+    return error_response(for_client(api_error_for(exc), is_admin(request)))
 
 
 async def _http_error(request: Request, exc: HTTPException) -> Response:
@@ -177,7 +178,7 @@ def create_app(config: ServerConfig) -> Starlette:
         HTTPException: _http_error, Exception: _unexpected}
     app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan, exception_handlers=handlers)
     app.state.server = ServerState(config, registry, metrics, drain, grammar_cache(config, metrics),
-                                   ResponseStore(config.responses_store_size))
+                                   ResponseStore(config.responses_store_size, config.responses_store_bytes))
     return app
 
 

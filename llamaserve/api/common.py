@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import os
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -28,6 +29,16 @@ from llamaserve.models.registry import Loaded, Registry
 from llamaserve.serving.choices import Choice, ChoiceEvents
 
 T = TypeVar("T", bound=BaseModel)
+
+
+def is_admin(request: Request) -> bool:
+    """Whether the client may see the server's own paths (APIKeyAuth decides; with no admin_key, anyone)."""
+    return bool(getattr(request.state, "admin", True))
+
+
+def shown_path(request: Request, path: str | os.PathLike[str]) -> str:
+    """A file's path as the client sees it: whole for admins, else its name."""
+    return os.fspath(path) if is_admin(request) else os.path.basename(os.fspath(path))
 
 
 # messages (or Responses input items) one request may hold: each is validated and rendered

@@ -4,6 +4,7 @@ exceptions (llamaserve.errors, free of HTTP) to those."""
 from __future__ import annotations
 
 import math
+import re
 
 from starlette.responses import JSONResponse
 
@@ -83,8 +84,25 @@ def api_error_for(exc: BaseException, *, param: str | None = None) -> APIError:
     return APIError(500, f"generation failed: {type(exc).__name__}: {exc}")
 
 
+# an absolute path in a message; its last part is kept (the file name says what failed)
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.:/~-])/(?:[^\s'\"/:]+/)+([^\s'\"/:,;)]+)")
+
+
+def without_paths(text: str) -> str:
+    """`text` with each absolute path cut to its file name: the server's folders are an admin's business."""
+    return _ABSOLUTE_PATH.sub(r"\1", text)
+
+
+def for_client(error: APIError, admin: bool) -> APIError:
+    """`error` as a client sees it: paths cut to file names unless the client is an admin."""
+    if admin or "/" not in error.message:
+        return error
+    return APIError(error.status, without_paths(error.message), param=error.param, code=error.code,
+                    headers=error.headers)
+
+
 def error_response(error: APIError) -> JSONResponse:
     return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
 
 
-__all__ = ["KNOWN_ERRORS", "TYPES", "APIError", "api_error_for", "error_response"]
+__all__ = ["KNOWN_ERRORS", "TYPES", "APIError", "api_error_for", "error_response", "for_client", "without_paths"]

@@ -107,6 +107,9 @@ class APIKeyAuth:
         return (self.key, self.admin_key) if self.key else ()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            # who may see the server's own paths: everyone without an admin key, else that key's holder
+            scope.setdefault("state", {})["admin"] = self.admin_key is None
         if scope["type"] != "http" or scope["path"] in OPEN_PATHS or scope["method"] == "OPTIONS":
             await self.app(scope, receive, send)
             return
@@ -121,7 +124,10 @@ class APIKeyAuth:
         else:
             given = token.strip() if scheme.lower() == b"bearer" else headers.get(b"x-api-key", b"")
         # every key is compared, so the time taken says nothing about which one matched
-        if given and sum(hmac.compare_digest(given, key) for key in keys):
+        matched = [hmac.compare_digest(given, key) for key in keys] if given else []
+        if any(matched):
+            if self.admin_key is not None:
+                scope["state"]["admin"] = matched[keys.index(self.admin_key)]
             await self.app(scope, receive, send)
             return
         if scope["path"] in self.pages:                       # a browser: let it ask for the key

@@ -6,6 +6,7 @@ Problems are collected rather than raised so one pass reports them all; each sta
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,6 +15,12 @@ from llamaserve.config.discovery import cached_header
 
 # Every character str.splitlines() breaks at, escaped: one problem must stay one line.
 LINE_BREAKS = {c: repr(chr(c))[1:-1] for c in (0x0A, 0x0B, 0x0C, 0x0D, 0x1C, 0x1D, 0x1E, 0x85, 0x2028, 0x2029)}
+
+
+# characters a name may not hold: C0 and C1 controls and the Unicode line and paragraph separators
+# (a name is logged, and one of these would start a forged log line)
+UNSAFE_NAME_CHARS = "\x00-\x1f\x7f-\x9f\u2028\u2029"
+UNSAFE_IN_NAME = re.compile(f"[{UNSAFE_NAME_CHARS}]")
 
 
 class Problems(list):

@@ -212,7 +212,7 @@ ROOT_KEYS: dict[str, Check] = {
     "grammar_cache_size": via(parse_size), "grammar_max_size": via(parse_size, positive=True),
     "grammar_max_depth": integer(1), "grammar_timeout": via(parse_duration, positive=True),
     "grammar_work_limit": integer(0),
-    "responses_store_size": integer(0), "media": _media,
+    "responses_store_size": integer(0), "responses_store_bytes": via(parse_size, positive=True), "media": _media,
 }
 LOAD_KEYS: dict[str, Check] = {      # the keys of llamacore.gguf.load_options.LOAD_KEYS
     "n_ctx": integer(0), "n_batch": integer(1), "n_ubatch": integer(1),

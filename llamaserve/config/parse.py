@@ -27,7 +27,7 @@ from llamaserve.config.adapters import (
     lora_adapters,
     resolve_adapters_dirs,
 )
-from llamaserve.config.checks import LINE_BREAKS, Problems, config_path, path_is, read_gguf
+from llamaserve.config.checks import LINE_BREAKS, UNSAFE_IN_NAME, Problems, config_path, path_is, read_gguf
 from llamaserve.config.discovery import discover
 from llamaserve.config.hub import HubFile, hub_ref, is_hub_ref
 from llamaserve.config.keys import DEPRECATED_KEYS, ENTRY_KEYS, LOAD_KEYS, NAME_KEYS, ROOT_KEYS, kind_problems
@@ -393,8 +393,10 @@ def _check_names(entries: list[tuple[str, ModelEntry]], default_model: str | Non
     owner: dict[str, str] = {}
     for label, entry in entries:
         for i, name in enumerate(entry.names()):
+            key = f"{label}.alias" if i == 0 else f"{label}.aliases[{i - 1}]"
+            if UNSAFE_IN_NAME.search(name):
+                problems.add(key, f"{name!r} holds a control character or a line separator (names are logged)")
             if name in owner and owner[name] != label:
-                key = f"{label}.alias" if i == 0 else f"{label}.aliases[{i - 1}]"
                 problems.add(key, f"duplicate alias {name!r} (also {owner[name]})")
             owner.setdefault(name, label)
     if default_model is not None and default_model not in owner:

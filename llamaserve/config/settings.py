@@ -106,6 +106,7 @@ class ServerConfig:
     grammar_timeout: float = 2.0                  # seconds a schema may take to compile
     grammar_work_limit: int = 20_000_000          # stack steps of one grammar operation (vendor patch 0017)
     responses_store_size: int = 1000              # /v1/responses kept for previous_response_id (0: none)
+    responses_store_bytes: int = 256 * 1024 * 1024     # what they may weigh together (as JSON)
     media: MediaPolicy = MediaPolicy()            # where images in requests may come from, and their limits
     models: tuple[ModelEntry, ...] = ()
     source: Path | None = None

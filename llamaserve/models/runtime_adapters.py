@@ -191,6 +191,7 @@ class RuntimeAdapters:
                 catalog.draining.add(retired)
             else:
                 registry.release(key, retired)
+        registry.metrics.forget_model(alias)
         log.info("removed adapter alias %s", alias)
         return rt
 

@@ -7,6 +7,8 @@ so the number of series stays bounded by what is loaded.
 
 from __future__ import annotations
 
+import contextlib
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from llamaserve.runtime.gc_pauses import GcPauses
@@ -67,6 +69,20 @@ class Metrics:
                     counter.remove(model, name)
                 except KeyError:
                     pass
+
+    def forget_model(self, alias: str) -> None:
+        """Drop every series labelled with a removed runtime alias (its tokens, timings, loads): series of
+        aliases that no longer exist would otherwise stay in every scrape for ever."""
+        for metric in (self.prompt_tokens, self.completion_tokens, self.ttft, self.tokens_per_second, self.loads,
+                       self.load_failures, self.unloads, self.adapter_requests, self.adapter_prompt_tokens,
+                       self.adapter_completion_tokens, self.adapter_loads, self.adapter_load_failures,
+                       self.adapter_unloads, self.draft_tokens, self.draft_accepted):
+            names = metric._labelnames      # prometheus_client keeps a metric's label names here
+            seen = {tuple(s.labels[n] for n in names) for family in metric.collect() for s in family.samples
+                    if s.labels.get("model") == alias and all(n in s.labels for n in names)}
+            for values in seen:
+                with contextlib.suppress(KeyError):
+                    metric.remove(*values)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

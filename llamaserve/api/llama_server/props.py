@@ -11,7 +11,7 @@ from starlette.responses import JSONResponse, Response
 
 import llamaserve
 from llamacore import llama_cpp_version
-from llamaserve.api.common import acquire, apply_sampling_defaults
+from llamaserve.api.common import acquire, apply_sampling_defaults, shown_path
 from llamaserve.api.errors import APIError
 from llamaserve.api.llama_server.protocol import NativeCompletionRequest
 from llamaserve.api.state import server_state
@@ -25,10 +25,10 @@ async def props(request: Request) -> Response:
     config: ServerConfig = server_state(request).config
     async with AsyncExitStack() as stack:
         entry, loaded = await acquire(stack, server_state(request).registry, request.query_params.get("model"))
-        return JSONResponse(_props(config, entry, loaded))
+        return JSONResponse(_props(config, entry, loaded, shown_path(request, str(entry.model))))
 
 
-def _props(config: ServerConfig, entry: ModelEntry, loaded: Loaded) -> dict[str, Any]:
+def _props(config: ServerConfig, entry: ModelEntry, loaded: Loaded, model_path: str) -> dict[str, Any]:
     model = loaded.model
     body = NativeCompletionRequest.model_validate({})
     apply_sampling_defaults(body, entry)           # what a /completion request that sets nothing gets
@@ -40,7 +40,7 @@ def _props(config: ServerConfig, entry: ModelEntry, loaded: Loaded) -> dict[str,
         "default_generation_settings": {"params": body.settings(), "n_ctx": n_ctx},
         "total_slots": slots,
         "model_alias": entry.alias,
-        "model_path": str(entry.model),
+        "model_path": model_path,
         "modalities": {"vision": False, "video": False, "audio": False},
         "endpoint_slots": False, "endpoint_props": False, "endpoint_metrics": config.metrics,
         "ui": config.web_ui,

@@ -9,6 +9,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from llamaserve.api.common import shown_path
 from llamaserve.api.errors import APIError, api_error_for
 from llamaserve.api.state import server_state
 from llamaserve.config.settings import ModelEntry
@@ -62,7 +63,8 @@ async def lora_adapters(request: Request) -> Response:
     except UnknownModelError as exc:
         raise api_error_for(exc) from None
     defaults = {os.fspath(p): s for p, s in entry.lora_adapters}
-    return JSONResponse([{"id": a.id, "path": a.path, "scale": defaults.get(a.path, 0.0), "name": a.name}
+    return JSONResponse([{"id": a.id, "path": shown_path(request, a.path), "scale": defaults.get(a.path, 0.0),
+                          "name": a.name}
                          for a in registry.catalog(entry).listed()])
 
 

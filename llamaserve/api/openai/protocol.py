@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, field_validator
 
 from llamacore.generation.sampling import SamplingParams
+from llamaserve.config.checks import UNSAFE_NAME_CHARS
 from llamaserve.config.keys import MAX_SCALE
 
 
@@ -28,7 +29,8 @@ def _scale(value: Any) -> float:
 
 
 Scale = Annotated[float, BeforeValidator(_scale)]
-_NAME = Field(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]+$")
+# no control characters or line separators: names are logged (a forged log line otherwise)
+_NAME = Field(min_length=1, max_length=256, pattern=f"^[^{UNSAFE_NAME_CHARS}]+$")
 Name = Annotated[str, _NAME]
 
 

@@ -51,7 +51,7 @@ class ResponsesRequest(AdapterFields):
     stream: bool | None = None
     metadata: dict[Annotated[str, StringConstraints(max_length=64)],
                    Annotated[str, StringConstraints(max_length=512)]] | None = Field(None, max_length=16)
-    user: str | None = None
+    user: str | None = Field(None, max_length=256)      # an end-user id; it is stored and echoed
     # refused unless absent or off (check_supported)
     background: bool | None = None
     reasoning: dict[str, Any] | None = None

@@ -181,7 +181,7 @@ async def create_response(request: Request) -> Response:
                                   call_item_ids=call_item_ids)
             final = draft.snapshot(output, len(tokens), choice.n_generated, reason, done=True)
             if body.store is not False:
-                store.put(items, final)
+                store.put(items, final, new_items=len(items) - len(history))
             return final
 
         async def stream() -> AsyncGenerator[str, None]:

@@ -81,6 +81,12 @@ def test_an_admin_key_guards_the_admin_routes_alone(tmp_path_factory, tiny_model
         assert status("GET", "/admin/models", "admin-key") == 200
         assert status("POST", "/admin/models/tiny/load", "admin-key") == 200
         assert status("GET", "/v1/models", "nobody") == 401
+
+        def props(key: str) -> dict:
+            return httpx.get(srv.base_url + "/props", headers={"Authorization": f"Bearer {key}"}, timeout=30).json()
+        # the server's folders are shown to the admin key's holder alone
+        assert props("user-key")["model_path"] == tiny_model_path.name
+        assert props("admin-key")["model_path"] == str(tiny_model_path)
     finally:
         srv.stop()
 

@@ -45,3 +45,28 @@ def test_delete_and_size_zero():
     empty.put([], response("a"))
     with pytest.raises(APIError, match="responses_store_size is 0"):
         empty.get("a")
+
+
+def test_bounded_by_bytes_too():
+    """Finding: bounded by count only, 1000 responses of 3.5 MB each were 3.5 GB."""
+    store = ResponseStore(1000, max_bytes=10_000)
+    big = "x" * 3000
+    for rid in "abcde":
+        store.put([{"role": "user", "content": big}], response(rid))
+    assert len(store) == 3 and store.bytes <= 10_000
+    with pytest.raises(APIError):
+        store.get("a")
+    store.put([], response("huge", "y" * 20_000))          # more than the whole store: not kept
+    with pytest.raises(APIError):
+        store.get("huge")
+    assert store.get("e")
+
+
+def test_a_continued_turn_weighs_only_what_it_added():
+    store = ResponseStore(10, max_bytes=1_000_000)
+    history = [{"role": "user", "content": "x" * 10_000}]
+    store.put(history, response("a"))
+    first = store.bytes
+    store.put([*store.get("a").conversation(), {"role": "user", "content": "more"}], response("b"), new_items=1)
+    assert store.bytes - first < 1000
+

@@ -5,6 +5,8 @@ The messages are the contract: each problem is one line naming the file, the key
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from helpers import NO_MODELS, problems, yaml_config
 
@@ -197,3 +199,11 @@ def test_flash_attn_for_prompts_only_is_a_load_option(work):
     path = yaml_config(work, "defaults: {flash_attn: prompts}\nmodels: [{alias: a, model: models/model.gguf}]\n")
     load = load_config(path).models[0].load
     assert load["flash_attn"] == "prompts" and "flash_attn" in CONTEXT_KEYS
+
+
+@pytest.mark.parametrize("name", ["a\u2028b", "a\u0085b", "a\u009bb", "a\rb"])
+def test_names_may_not_forge_log_lines(work, name):
+    """Finding: C1 controls and U+2028 in alias names forged log lines."""
+    path = yaml_config(work, "models: [{model: models/model.gguf, alias: " + json.dumps(name) + "}]\n")
+    found = problems(path)
+    assert any("control character or a line separator" in p for p in found), found
