@@ -79,7 +79,7 @@ def api_error_for(exc: BaseException, *, param: str | None = None) -> APIError:
         return APIError(404, str(exc), param=param or "path", code="file_not_found")
     if isinstance(exc, RequestError):
         return APIError(400, str(exc), param=exc.param or param, code=exc.code)
-    if isinstance(exc, ValueError):
+    if isinstance(exc, (ValueError, IndexError, OverflowError)):    # a token id outside the vocabulary
         return APIError(400, str(exc), param=param)
     return APIError(500, f"generation failed: {type(exc).__name__}: {exc}")
 

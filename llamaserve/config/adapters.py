@@ -131,7 +131,11 @@ def resolve_adapters_dirs(value: list[str], persist: bool, base_dir: Path, probl
     folders = []
     for i, text in enumerate(value):
         key = "adapters_dir" if len(value) == 1 else f"adapters_dir[{i}]"
-        folder = Path(os.path.realpath(config_path(text, base_dir)))
+        try:
+            folder = Path(os.path.realpath(config_path(text, base_dir)))
+        except ValueError:              # a NUL byte: no file system has such a name
+            problems.add(key, f"not a valid path: {text!r}")
+            continue
         if not path_is(folder, Path.is_dir):
             problems.add(key, f"not a directory: {folder}")
         elif persist and not os.access(folder, os.W_OK):

@@ -440,6 +440,8 @@ def _chat_template(label: str, raw: dict, base_dir: Path, problems: Problems) ->
         problems.add(key, f"{path} is not UTF-8 text ({e.reason} at byte {e.start})")
     except OSError as e:
         problems.add(key, f"cannot read {path}: {e.strerror or e}")
+    except ValueError:              # a NUL byte: no file system has such a name
+        problems.add(key, f"not a valid path: {raw['chat_template_file']!r}")
     return None, None
 
 

@@ -159,7 +159,7 @@ FromForkServer = ForkReady | Spawned | Exited
 
 # exception types that keep their type across the process line (the server maps them to statuses)
 _ERRORS: dict[str, type[BaseException]] = {
-    t.__name__: t for t in (ValueError, FileNotFoundError, PermissionError, KeyError, OverflowError,
+    t.__name__: t for t in (ValueError, FileNotFoundError, PermissionError, KeyError, OverflowError, IndexError,
                             EngineClosedError, QueueFullError, MemoryError, RPCUnavailableError,
                             GrammarBudgetError)}
 

@@ -76,9 +76,11 @@ class SamplingFields(AdapterFields):
     def _token_id_keys(cls, bias: dict[str, float] | None) -> dict[str, float] | None:
         for key, value in (bias or {}).items():
             try:
-                int(key)
+                token = int(key)
             except ValueError:
                 raise ValueError(f"key {key[:40]!r} is not a token id") from None
+            if not 0 <= token < 2**31:
+                raise ValueError(f"key {key[:40]!r} is not a token id (0 to 2**31 - 1)")
             if math.isnan(value):
                 raise ValueError(f"bias for token {key} is NaN")
         return bias

@@ -218,6 +218,9 @@ def write(folder: Path, suffix: str, content: str | bytes) -> Path:
 @example(doc={"models": [{"model": "models/model.gguf"}]}, suffix=".yaml")          # loads
 @example(doc={"models": [{"model": "~llamaserve-no-such-user/m.gguf"}]}, suffix=".json")
 @example(doc={"models_dir": "~llamaserve-no-such-user"}, suffix=".yaml")
+@example(doc={"adapters_dir": "a\x00b", "models": [{"model": "models/model.gguf"}]}, suffix=".json")
+@example(doc={"models_dir": "a\x00b", "chat_template_file": "t\x00", "models": [
+    {"model": "models/model.gguf", "chat_template_file": "t\x00.jinja"}]}, suffix=".json")
 @example(doc={"max_body_bytes": "9" * 400, "models": [{"model": "models/model.gguf"}]}, suffix=".json")
 @example(doc={"shutdown_grace": 10**400, "models": [{"model": "models/model.gguf"}]}, suffix=".json")
 @example(doc={"models": [{"model": "models/model.gguf", "tensor_split": [10**400]}]}, suffix=".yaml")
