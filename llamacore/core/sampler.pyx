@@ -2,8 +2,8 @@
 # Each add_* appends one stage and returns the sampler, so chains read as one expression.
 
 
-_SELECTING_STAGES = ("greedy", "dist", "mirostat_v2")
-_TRUNCATING_STAGES = ("top_k", "top_p", "min_p", "typical")
+_SELECTING_STAGES = ("greedy", "dist", "mirostat", "mirostat_v2")
+_TRUNCATING_STAGES = ("top_k", "top_p", "min_p", "typical", "xtc", "top_n_sigma")
 
 
 cdef class Sampler:
@@ -59,6 +59,37 @@ cdef class Sampler:
 
     def typical(self, float p, size_t min_keep=1):
         return self._add(llama.llama_sampler_init_typical(p, min_keep), "typical")
+
+    def temp_ext(self, float t, float delta=0.0, float exponent=1.0):
+        """Dynamic temperature (llama-server's dynatemp_range and dynatemp_exponent): t +- delta by entropy."""
+        return self._add(llama.llama_sampler_init_temp_ext(t, delta, exponent), "temp_ext")
+
+    def xtc(self, float p, float t, size_t min_keep=1, seed=None):
+        """Exclude Top Choices: with probability p, drop every token above threshold t but the least likely."""
+        cdef uint32_t s = llama.LLAMA_DEFAULT_SEED if seed is None else (<uint32_t>(seed & 0xFFFFFFFF))
+        return self._add(llama.llama_sampler_init_xtc(p, t, min_keep, s), "xtc")
+
+    def top_n_sigma(self, float n):
+        """Keep the tokens whose logit is within n standard deviations of the largest."""
+        return self._add(llama.llama_sampler_init_top_n_sigma(n), "top_n_sigma")
+
+    def dry(self, Model model not None, float multiplier, float base=1.75, int allowed_length=2,
+            int penalty_last_n=64, sequence_breakers=("\n", ":", "\"", "*")):
+        """Don't Repeat Yourself: penalise tokens that would extend a repetition longer than
+        allowed_length, by multiplier * base ** (length - allowed_length); sequence_breakers end one."""
+        if penalty_last_n < 0:
+            raise ValueError("dry_penalty_last_n must be >= 0 (0 = off)")
+        cdef list encoded = [b.encode() for b in sequence_breakers]
+        cdef vector[const char *] c_breakers
+        for b in encoded:
+            c_breakers.push_back(<const char *> b)
+        return self._add(llama.llama_sampler_init_dry(model.vocab, multiplier, base, allowed_length, penalty_last_n,
+                                                       c_breakers.data(), c_breakers.size()), "dry")
+
+    def mirostat(self, int n_vocab, seed=None, float tau=5.0, float eta=0.1, int m=100):
+        """Mirostat 1 (llama-server's mirostat: 1): selects the token, as mirostat_v2 does."""
+        cdef uint32_t s = llama.LLAMA_DEFAULT_SEED if seed is None else (<uint32_t>(seed & 0xFFFFFFFF))
+        return self._add(llama.llama_sampler_init_mirostat(n_vocab, s, tau, eta, m), "mirostat")
 
     def mirostat_v2(self, seed=None, float tau=5.0, float eta=0.1):
         cdef uint32_t s = llama.LLAMA_DEFAULT_SEED if seed is None else (<uint32_t>(seed & 0xFFFFFFFF))

@@ -21,6 +21,18 @@ class SamplingParams:
     mirostat_mode: int = 0
     mirostat_tau: float = 5.0
     mirostat_eta: float = 0.1
+    # llama-server's samplers beyond OpenAI's (their names and defaults; 0 or -1 is off)
+    dry_multiplier: float = 0.0
+    dry_base: float = 1.75
+    dry_allowed_length: int = 2
+    dry_penalty_last_n: int = 64
+    dry_sequence_breakers: tuple[str, ...] = ("\n", ":", "\"", "*")
+    xtc_probability: float = 0.0
+    xtc_threshold: float = 0.1
+    top_n_sigma: float = -1.0
+    dynatemp_range: float = 0.0
+    dynatemp_exponent: float = 1.0
+    min_keep: int = 0
     seed: int | None = None
     logit_bias: dict[int, float] = field(default_factory=dict)
     grammar: str | None = None
@@ -40,7 +52,12 @@ class SamplingParams:
             ("repeat_penalty", self.repeat_penalty > 0),
             ("presence_penalty", -2.0 <= self.presence_penalty <= 2.0),
             ("frequency_penalty", -2.0 <= self.frequency_penalty <= 2.0),
-            ("mirostat_mode", self.mirostat_mode in (0, 2)),
+            ("mirostat_mode", self.mirostat_mode in (0, 1, 2)),
+            ("dry_multiplier", self.dry_multiplier >= 0), ("dry_base", self.dry_base >= 1),
+            ("dry_allowed_length", self.dry_allowed_length >= 0), ("dry_penalty_last_n", self.dry_penalty_last_n >= 0),
+            ("xtc_probability", 0.0 <= self.xtc_probability <= 1.0), ("xtc_threshold", 0.0 <= self.xtc_threshold),
+            ("dynatemp_range", self.dynatemp_range >= 0), ("dynatemp_exponent", self.dynatemp_exponent > 0),
+            ("min_keep", self.min_keep >= 0),
         ]
         for name, ok in checks:
             if not ok:
@@ -58,19 +75,35 @@ class SamplingParams:
         if self.repeat_penalty != 1.0 or self.presence_penalty or self.frequency_penalty:
             chain.penalties(self.penalty_last_n, self.repeat_penalty, self.frequency_penalty,
                             self.presence_penalty)
+        if self.dry_multiplier > 0:
+            chain.dry(model, self.dry_multiplier, self.dry_base, self.dry_allowed_length, self.dry_penalty_last_n,
+                      self.dry_sequence_breakers)
         if self.temperature == 0:
             return chain.greedy()
+        if self.mirostat_mode == 1:
+            return chain.temp(self.temperature).mirostat(model.n_vocab, self.seed, self.mirostat_tau,
+                                                         self.mirostat_eta)
         if self.mirostat_mode == 2:
             return chain.temp(self.temperature).mirostat_v2(self.seed, self.mirostat_tau, self.mirostat_eta)
+        # llama-server's default order: top_n_sigma, top_k, typical, top_p, min_p, xtc, temperature
+        keep = max(self.min_keep, 1)
+        if self.top_n_sigma > 0:
+            chain.top_n_sigma(self.top_n_sigma)
         if self.top_k > 0:
             chain.top_k(min(self.top_k, model.n_vocab))   # k >= n_vocab keeps every token anyway
         if self.typical_p < 1.0:
-            chain.typical(self.typical_p)
+            chain.typical(self.typical_p, keep)
         if self.top_p < 1.0:
-            chain.top_p(self.top_p)
+            chain.top_p(self.top_p, keep)
         if self.min_p > 0.0:
-            chain.min_p(self.min_p)
-        return chain.temp(self.temperature).dist(self.seed)
+            chain.min_p(self.min_p, keep)
+        if self.xtc_probability > 0:
+            chain.xtc(self.xtc_probability, self.xtc_threshold, keep, self.seed)
+        if self.dynatemp_range > 0:
+            chain.temp_ext(self.temperature, self.dynatemp_range, self.dynatemp_exponent)
+        else:
+            chain.temp(self.temperature)
+        return chain.dist(self.seed)
 
 
 def check_tfs_z(tfs_z: float) -> None:

@@ -344,6 +344,11 @@ cdef extern from "llama.h" nogil:
     llama_sampler * llama_sampler_init_top_p(float p, size_t min_keep)
     llama_sampler * llama_sampler_init_min_p(float p, size_t min_keep)
     llama_sampler * llama_sampler_init_typical(float p, size_t min_keep)
+    llama_sampler * llama_sampler_init_xtc(float p, float t, size_t min_keep, uint32_t seed)
+    llama_sampler * llama_sampler_init_top_n_sigma(float n)
+    llama_sampler * llama_sampler_init_dry(const llama_vocab * vocab, float dry_multiplier, float dry_base,
+                                           int32_t dry_allowed_length, int32_t dry_penalty_last_n,
+                                           const char ** seq_breakers, size_t num_breakers)
     llama_sampler * llama_sampler_init_temp(float t)
     llama_sampler * llama_sampler_init_temp_ext(float t, float delta, float exponent)
     llama_sampler * llama_sampler_init_mirostat(int32_t n_vocab, uint32_t seed, float tau, float eta, int32_t m)

@@ -151,7 +151,8 @@ def sampling_for(entry: ModelEntry, body: BaseModel, **given: Any) -> SamplingPa
     """SamplingParams from the request's own fields (`given`), plus the model's `sampling:` defaults
     for parameters the request's API has no field for (top_k and min_p on the Responses API...)."""
     names = {f.name for f in dataclasses.fields(SamplingParams)}
-    extra = {k: v for k, v in entry.sampling.items() if k in names and k not in type(body).model_fields}
+    defaults = {("mirostat_mode" if k == "mirostat" else k): v for k, v in entry.sampling.items()}
+    extra = {k: v for k, v in defaults.items() if k in names and k not in type(body).model_fields}
     return SamplingParams(**{**_OPENAI_NEUTRAL, **extra, **given})
 
 

@@ -176,6 +176,11 @@ SAMPLING_DEFAULTS: dict[str, Check] = {
     "min_p": at_most(number(), 1.0), "typical_p": at_most(number(), 1.0), "repeat_penalty": number(),
     "presence_penalty": at_most(number(-2.0), 2.0), "frequency_penalty": at_most(number(-2.0), 2.0),
     "seed": integer(), "max_tokens": integer(1),
+    # llama-server's samplers (its names)
+    "mirostat": at_most(integer(0), 2), "mirostat_tau": number(), "mirostat_eta": number(),
+    "dry_multiplier": number(), "dry_base": number(1.0), "dry_allowed_length": integer(0),
+    "dry_penalty_last_n": integer(0), "xtc_probability": at_most(number(), 1.0), "xtc_threshold": number(),
+    "top_n_sigma": number(-1.0), "dynatemp_range": number(), "dynatemp_exponent": number(), "min_keep": integer(0),
 }
 
 

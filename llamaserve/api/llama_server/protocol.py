@@ -20,14 +20,18 @@ RANDOM_SEED = 0xFFFFFFFF    # llama.cpp's LLAMA_DEFAULT_SEED: "a random seed", a
 
 # llama.cpp sampling fields this server does not implement, with the value that means "off":
 # a request that turns one on is refused rather than answered without it
-_UNSUPPORTED_SAMPLING = {"mirostat": 0, "dry_multiplier": 0.0, "xtc_probability": 0.0, "top_n_sigma": -1.0,
-                         "n_indent": 0, "t_max_predict_ms": 0, "post_sampling_probs": False, "samplers": None,
-                         "dynatemp_range": 0.0, "n_cmpl": 1}
+_UNSUPPORTED_SAMPLING = {"n_indent": 0, "t_max_predict_ms": 0, "post_sampling_probs": False, "samplers": None,
+                         "n_cmpl": 1}
 
 
 class NativeCompletionRequest(SamplingFields):
-    """llama-server's /completion body (its names: n_predict, n_probs, return_tokens...)."""
+    """llama-server's /completion body (its names: n_predict, n_probs, return_tokens...), with its sampling
+    defaults (the OpenAI routes keep OpenAI's), so a seeded request samples what llama-server samples."""
 
+    temperature: float = Field(0.8, ge=0.0, le=2.0)
+    top_k: int = Field(40, ge=0)
+    top_p: float = Field(0.95, ge=0.0, le=1.0)
+    min_p: float = Field(0.05, ge=0.0, le=1.0)
     prompt: Any = ""
     n_predict: int | None = Field(None, ge=-1)
     n_probs: int = Field(0, ge=0, le=20)
@@ -39,15 +43,10 @@ class NativeCompletionRequest(SamplingFields):
     json_schema: dict[str, Any] | None = None
     cache_prompt: bool = True           # the KV cache is reused exactly, so the answer is the same either way
     id_slot: int = -1
-    mirostat: int = 0
-    dry_multiplier: float = 0.0
-    xtc_probability: float = 0.0
-    top_n_sigma: float = -1.0
     n_indent: int = 0
     t_max_predict_ms: int = 0
     post_sampling_probs: bool = False
     samplers: Any = None
-    dynatemp_range: float = 0.0
     n_cmpl: int = 1
 
     logit_bias: Any = None      # llama.cpp's forms; resolved against the model by token_bias()
@@ -114,8 +113,14 @@ class NativeCompletionRequest(SamplingFields):
                 "grammar": self.grammar or "",
                 "logit_bias": [{"bias": v if math.isfinite(v) else None, "token": int(k)}     # null: -inf
                                for k, v in (self.logit_bias or {}).items()],
-                "mirostat": 0, "dry_multiplier": 0.0, "xtc_probability": 0.0, "top_n_sigma": -1.0,
-                "adaptive_target": -1.0, "adaptive_decay": 0.9, "post_sampling_probs": False}
+                "mirostat": self.mirostat, "mirostat_tau": self.mirostat_tau, "mirostat_eta": self.mirostat_eta,
+                "dry_multiplier": self.dry_multiplier, "dry_base": self.dry_base,
+                "dry_allowed_length": self.dry_allowed_length, "dry_penalty_last_n": self.dry_penalty_last_n,
+                "dry_sequence_breakers": list(self.dry_sequence_breakers), "xtc_probability": self.xtc_probability,
+                "xtc_threshold": self.xtc_threshold, "top_n_sigma": self.top_n_sigma,
+                "dynatemp_range": self.dynatemp_range, "dynatemp_exponent": self.dynatemp_exponent,
+                "min_keep": self.min_keep, "adaptive_target": -1.0, "adaptive_decay": 0.9,
+                "post_sampling_probs": False}
 
 
 def prompts(prompt: Any, tokenize: Any) -> list[list[int]]:

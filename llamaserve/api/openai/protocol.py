@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, StringConstraints, field_validator
 
 from llamacore.generation.sampling import SamplingParams
 from llamaserve.config.checks import UNSAFE_NAME_CHARS
@@ -70,6 +70,22 @@ class SamplingFields(AdapterFields):
     json_whitespace: Literal["none", "compact", "pretty"] | None = None   # extension: whitespace in JSON output
     ignore_eos: bool = False
     user: str | None = None
+    # llama-server's samplers beyond OpenAI's, by its names and defaults (0, or -1, is off)
+    mirostat: Literal[0, 1, 2] = 0
+    mirostat_tau: float = Field(5.0, ge=0.0)
+    mirostat_eta: float = Field(0.1, ge=0.0)
+    dry_multiplier: float = Field(0.0, ge=0.0)
+    dry_base: float = Field(1.75, ge=1.0)
+    dry_allowed_length: int = Field(2, ge=0)
+    dry_penalty_last_n: int = Field(64, ge=0)
+    dry_sequence_breakers: list[Annotated[str, StringConstraints(min_length=1, max_length=40)]] = Field(
+        default_factory=lambda: ["\n", ":", "\"", "*"], max_length=64)
+    xtc_probability: float = Field(0.0, ge=0.0, le=1.0)
+    xtc_threshold: float = Field(0.1, ge=0.0)
+    top_n_sigma: float = -1.0
+    dynatemp_range: float = Field(0.0, ge=0.0)
+    dynatemp_exponent: float = Field(1.0, gt=0.0)
+    min_keep: int = Field(0, ge=0)
 
     @field_validator("logit_bias")
     @classmethod
@@ -99,6 +115,11 @@ class SamplingFields(AdapterFields):
             presence_penalty=self.presence_penalty, frequency_penalty=self.frequency_penalty,
             seed=None if self.seed is None else self.seed + choice,
             logit_bias={int(k): v for k, v in (self.logit_bias or {}).items()}, grammar=grammar,
+            mirostat_mode=self.mirostat, mirostat_tau=self.mirostat_tau, mirostat_eta=self.mirostat_eta,
+            dry_multiplier=self.dry_multiplier, dry_base=self.dry_base, dry_allowed_length=self.dry_allowed_length,
+            dry_penalty_last_n=self.dry_penalty_last_n, dry_sequence_breakers=tuple(self.dry_sequence_breakers),
+            xtc_probability=self.xtc_probability, xtc_threshold=self.xtc_threshold, top_n_sigma=self.top_n_sigma,
+            dynatemp_range=self.dynatemp_range, dynatemp_exponent=self.dynatemp_exponent, min_keep=self.min_keep,
         )
 
 

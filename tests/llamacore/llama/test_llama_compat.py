@@ -158,7 +158,7 @@ def test_sample_from_current_logits(llm):
 
     assert llm.sample(temp=0.8, logits_processor=only_target) == target
     assert 0 <= llm.sample(temp=-1.0) < llm.n_vocab()       # lcp: temp < 0 samples the whole distribution
-    for bad in ({"penalize_nl": False}, {"tfs_z": 0.5}, {"mirostat_mode": 1}, {"top_p": 2.0}):
+    for bad in ({"penalize_nl": False}, {"tfs_z": 0.5}, {"mirostat_mode": 3}, {"top_p": 2.0}):
         with pytest.raises(ValueError, match=next(iter(bad))):
             llm.sample(**bad)
 

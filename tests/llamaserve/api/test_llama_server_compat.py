@@ -121,7 +121,7 @@ def test_native_logit_bias_by_text_bans_its_tokens(srv):
 
 
 @pytest.mark.parametrize("body, needle", [
-    ({"mirostat": 2}, "mirostat"),
+    ({"mirostat": 3}, "mirostat"),
     ({"post_sampling_probs": True}, "post_sampling_probs"),
     ({"id_slot": 1}, "id_slot"),
     ({"prompt": {"prompt_string": "x", "multimodal_data": ["aGk="]}}, "multimodal"),
