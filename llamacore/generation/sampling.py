@@ -33,6 +33,9 @@ class SamplingParams:
     dynatemp_range: float = 0.0
     dynatemp_exponent: float = 1.0
     min_keep: int = 0
+    # llama-server's `samplers`: the truncating stages and their order (None: its default order, each
+    # stage only when its parameter turns it on); names as llama.cpp's (SAMPLER_NAMES)
+    samplers: tuple[str, ...] | None = None
     seed: int | None = None
     logit_bias: dict[int, float] = field(default_factory=dict)
     grammar: str | None = None
@@ -72,6 +75,9 @@ class SamplingParams:
         if self.grammar:
             chain.grammar(model, self.grammar, trigger_patterns=self.grammar_patterns or None,
                           trigger_tokens=self.grammar_tokens or None, prefill=self.grammar_prefill or None)
+        keep = max(self.min_keep, 1)
+        if self.samplers is not None and self.mirostat_mode == 0:     # mirostat ignores the list, as llama.cpp
+            return self._in_order(chain, model, keep)
         if self.repeat_penalty != 1.0 or self.presence_penalty or self.frequency_penalty:
             chain.penalties(self.penalty_last_n, self.repeat_penalty, self.frequency_penalty,
                             self.presence_penalty)
@@ -86,7 +92,6 @@ class SamplingParams:
         if self.mirostat_mode == 2:
             return chain.temp(self.temperature).mirostat_v2(self.seed, self.mirostat_tau, self.mirostat_eta)
         # llama-server's default order: top_n_sigma, top_k, typical, top_p, min_p, xtc, temperature
-        keep = max(self.min_keep, 1)
         if self.top_n_sigma > 0:
             chain.top_n_sigma(self.top_n_sigma)
         if self.top_k > 0:
@@ -104,6 +109,52 @@ class SamplingParams:
         else:
             chain.temp(self.temperature)
         return chain.dist(self.seed)
+
+
+    def _in_order(self, chain: Sampler, model: Model, keep: int) -> Sampler:
+        """The stages `samplers` lists, in its order, as llama.cpp's common sampler adds them (each
+        unconditionally: a stage whose parameter is off leaves the candidates as they are)."""
+        stages = {
+            "penalties": lambda: chain.penalties(self.penalty_last_n, self.repeat_penalty, self.frequency_penalty,
+                                                 self.presence_penalty),
+            "dry": lambda: chain.dry(model, self.dry_multiplier, self.dry_base, self.dry_allowed_length,
+                                     self.dry_penalty_last_n, self.dry_sequence_breakers),
+            "top_n_sigma": lambda: chain.top_n_sigma(self.top_n_sigma),
+            "top_k": lambda: chain.top_k(min(self.top_k, model.n_vocab)),
+            "typ_p": lambda: chain.typical(self.typical_p, keep),
+            "top_p": lambda: chain.top_p(self.top_p, keep),
+            "min_p": lambda: chain.min_p(self.min_p, keep),
+            "xtc": lambda: chain.xtc(self.xtc_probability, self.xtc_threshold, keep, self.seed),
+            "temperature": lambda: chain.temp_ext(self.temperature, self.dynatemp_range, self.dynatemp_exponent),
+        }
+        for name in self.samplers or ():
+            if name in stages:
+                stages[name]()
+        return chain.dist(self.seed)
+
+
+# llama.cpp's sampler names, with its other spellings and one-letter codes (common/sampling.cpp)
+SAMPLER_NAMES = {
+    "penalties": "penalties", "e": "penalties", "dry": "dry", "d": "dry",
+    "top_n_sigma": "top_n_sigma", "s": "top_n_sigma", "top_k": "top_k", "k": "top_k",
+    "typ_p": "typ_p", "typical_p": "typ_p", "typical": "typ_p", "y": "typ_p",
+    "top_p": "top_p", "p": "top_p", "nucleus": "top_p", "min_p": "min_p", "m": "min_p",
+    "xtc": "xtc", "x": "xtc", "temperature": "temperature", "temp": "temperature", "t": "temperature",
+}
+
+
+def sampler_order(value: str | list[str]) -> tuple[str, ...]:
+    """llama-server's `samplers` (a list of names, or a string of one-letter codes) as canonical names;
+    ValueError naming one it does not know, or one this server has not (infill, adaptive_p)."""
+    names = list(value) if isinstance(value, str) else value
+    out = []
+    for name in names:
+        canonical = SAMPLER_NAMES.get(str(name).lower().strip())
+        if canonical is None:
+            raise ValueError(f"samplers: unknown or unsupported sampler {name!r} "
+                             f"(known: {', '.join(sorted(set(SAMPLER_NAMES.values())))})")
+        out.append(canonical)
+    return tuple(out)
 
 
 def check_tfs_z(tfs_z: float) -> None:

@@ -20,8 +20,7 @@ RANDOM_SEED = 0xFFFFFFFF    # llama.cpp's LLAMA_DEFAULT_SEED: "a random seed", a
 
 # llama.cpp sampling fields this server does not implement, with the value that means "off":
 # a request that turns one on is refused rather than answered without it
-_UNSUPPORTED_SAMPLING = {"n_indent": 0, "t_max_predict_ms": 0, "post_sampling_probs": False, "samplers": None,
-                         "n_cmpl": 1}
+_UNSUPPORTED_SAMPLING = {"n_indent": 0, "t_max_predict_ms": 0, "post_sampling_probs": False, "n_cmpl": 1}
 
 
 class NativeCompletionRequest(SamplingFields):
@@ -46,7 +45,6 @@ class NativeCompletionRequest(SamplingFields):
     n_indent: int = 0
     t_max_predict_ms: int = 0
     post_sampling_probs: bool = False
-    samplers: Any = None
     n_cmpl: int = 1
 
     logit_bias: Any = None      # llama.cpp's forms; resolved against the model by token_bias()

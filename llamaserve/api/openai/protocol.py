@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, StringConstraints, field_validator
 
-from llamacore.generation.sampling import SamplingParams
+from llamacore.generation.sampling import SamplingParams, sampler_order
 from llamaserve.config.checks import UNSAFE_NAME_CHARS
 from llamaserve.config.keys import MAX_SCALE
 
@@ -86,6 +86,14 @@ class SamplingFields(AdapterFields):
     dynatemp_range: float = Field(0.0, ge=0.0)
     dynatemp_exponent: float = Field(1.0, gt=0.0)
     min_keep: int = Field(0, ge=0)
+    samplers: str | list[str] | None = Field(None, max_length=32)   # llama-server's order of the samplers
+
+    @field_validator("samplers")
+    @classmethod
+    def _known_samplers(cls, value: str | list[str] | None) -> str | list[str] | None:
+        if value is not None:
+            sampler_order(value)
+        return value
 
     @field_validator("logit_bias")
     @classmethod
@@ -120,6 +128,7 @@ class SamplingFields(AdapterFields):
             dry_penalty_last_n=self.dry_penalty_last_n, dry_sequence_breakers=tuple(self.dry_sequence_breakers),
             xtc_probability=self.xtc_probability, xtc_threshold=self.xtc_threshold, top_n_sigma=self.top_n_sigma,
             dynatemp_range=self.dynatemp_range, dynatemp_exponent=self.dynatemp_exponent, min_keep=self.min_keep,
+            samplers=None if self.samplers is None else sampler_order(self.samplers),
         )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from llamacore.generation.sampling import SamplingParams
+from llamacore.generation.sampling import SamplingParams, sampler_order
 
 EXTRAS = [{"dry_multiplier": 0.8, "dry_allowed_length": 1}, {"xtc_probability": 1.0, "xtc_threshold": 0.01},
           {"top_n_sigma": 0.5}, {"dynatemp_range": 0.7}, {"mirostat_mode": 1}, {"min_keep": 5, "min_p": 0.9}]
@@ -33,3 +33,16 @@ def test_llama_server_order(tiny_model):
 def test_bad_values_are_refused_by_name(tiny_model, bad):
     with pytest.raises(ValueError, match=next(iter(bad))):
         SamplingParams(**bad).build(tiny_model)
+
+
+def test_a_custom_order_is_llama_cpp_s(tiny_model):
+    """llama-server's `samplers`: the stages listed, in that order, each whatever its parameter."""
+    order = sampler_order("kxt")
+    assert order == ("top_k", "xtc", "temperature")
+    chain = SamplingParams(temperature=0.8, top_k=40, top_p=0.5, repeat_penalty=1.3, samplers=order, seed=1)
+    assert chain.build(tiny_model).stages == ["top_k", "xtc", "temp_ext", "dist"]
+    listed = sampler_order(["penalties", "min_p", "typical_p", "temp"])
+    assert SamplingParams(samplers=listed).build(tiny_model).stages == ["penalties", "min_p", "typical", "temp_ext",
+                                                                        "dist"]
+    with pytest.raises(ValueError, match="infill"):
+        sampler_order(["top_k", "infill"])
