@@ -40,6 +40,11 @@ def raw_request(srv, body: dict, rcvbuf: int = 4096, path: str = "/v1/completion
     return sock
 
 
+def active(srv) -> float:
+    text = httpx.get(srv.base_url + "/metrics", timeout=30).text
+    return float(re.search(r"^llamaserve_active_sequences (\S+)$", text, re.M).group(1))
+
+
 def cancelled(srv) -> float:
     text = httpx.get(srv.base_url + "/metrics", timeout=30).text
     return float(re.search(r"^llamaserve_cancelled_requests_total (\S+)$", text, re.M).group(1))
@@ -79,10 +84,15 @@ def test_a_non_streamed_request_whose_client_left_is_cancelled(srv):
     before = cancelled(srv)
     sock = raw_request(srv, {"model": "a", "prompt": "Once", "max_tokens": 3000, "ignore_eos": True,
                              "temperature": 0}, rcvbuf=65536)
-    time.sleep(0.5)
+    deadline = time.monotonic() + 30           # decoding (model a may have to load again first)
+    while active(srv) < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
     sock.close()
     start = time.monotonic()
     quick = httpx.post(srv.base_url + "/v1/completions", timeout=60,       # parallel 1: it needs that slot
                        json={"model": "a", "prompt": "Hi", "max_tokens": 2, "temperature": 0})
     assert quick.status_code == 200 and time.monotonic() - start < 3
+    deadline = time.monotonic() + 2            # counted as the cancelled generation winds down
+    while cancelled(srv) < before + 1 and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert cancelled(srv) == before + 1
