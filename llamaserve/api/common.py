@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import dataclasses
 import json
 import os
@@ -19,7 +17,7 @@ from starlette.responses import JSONResponse, Response
 from llamacore.generation.sampling import SamplingParams
 from llamaserve.api.errors import APIError, api_error_for
 from llamaserve.api.openai.protocol import AdapterFields
-from llamaserve.api.sse import CLIENT_CLOSED_REQUEST, disconnected, event, first_event, sse_response
+from llamaserve.api.sse import CLIENT_CLOSED_REQUEST, event, first_event, sse_response, unless_gone
 from llamaserve.api.state import server_state
 from llamaserve.config.settings import ModelEntry
 from llamaserve.engine.client import EngineClient
@@ -211,17 +209,4 @@ async def drained_unless_gone(events: AsyncIterator[Any], request: Request) -> b
     async def drain() -> None:
         async for _ in events:
             pass
-    done = asyncio.ensure_future(drain())
-    gone = asyncio.ensure_future(disconnected(request))
-    try:
-        await asyncio.wait((done, gone), return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        gone.cancel()
-        if not done.done():
-            done.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await done
-    if done.cancelled():
-        return False
-    done.result()
-    return True
+    return await unless_gone(drain(), request)

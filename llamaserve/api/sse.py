@@ -42,18 +42,28 @@ async def first_event(events: ChoiceEvents[Any], request: Request) -> Response |
     Returns None when the stream may start, or the response to log for a client that left meanwhile
     (its work is cancelled when the caller closes the request's stack).
     """
-    ready = asyncio.ensure_future(events.ready())
+    if not await unless_gone(events.ready(), request):
+        return Response(status_code=CLIENT_CLOSED_REQUEST)
+    return None
+
+
+async def unless_gone(work: Awaitable[Any], request: Request) -> bool:
+    """Await `work` (True once it is done; its exception raised), unless the client disconnects first:
+    `work` is then cancelled and False returned."""
+    done = asyncio.ensure_future(work)
     gone = asyncio.ensure_future(disconnected(request))
     try:
-        await asyncio.wait((ready, gone), return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait((done, gone), return_when=asyncio.FIRST_COMPLETED)
     finally:
         gone.cancel()
-        if not ready.done():
-            ready.cancel()
-    if ready.cancelled():
-        return Response(status_code=CLIENT_CLOSED_REQUEST)
-    ready.result()
-    return None
+        if not done.done():
+            done.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await done
+    if done.cancelled():
+        return False
+    done.result()
+    return True
 
 
 async def disconnected(request: Request) -> None:
