@@ -17,7 +17,8 @@ import os
 import secrets
 from typing import TYPE_CHECKING, Any
 
-from llamacore.vision.media import MediaError, MediaPolicy, decoding_budget, image_pixels, load_image
+from llamacore.vision.image_check import decoding_budget, image_pixels
+from llamacore.vision.media import MediaError, MediaPolicy, load_image
 
 if TYPE_CHECKING:
     from llamacore._core import Batch, Context, Image, ImageChunk, Model, Projector

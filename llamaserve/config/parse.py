@@ -7,7 +7,6 @@ is a `ServerConfig` of `ModelEntry`s (llamaserve.config.settings).
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import logging
 import os
@@ -17,7 +16,6 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from llamacore.chat.templates import TEMPLATES
 from llamacore.gguf.check import vocabulary_mismatch
 from llamacore.vision.media import MediaPolicy
 from llamaserve.config.adapters import (
@@ -27,8 +25,16 @@ from llamaserve.config.adapters import (
     lora_adapters,
     resolve_adapters_dirs,
 )
+from llamaserve.config.chat_templates import (
+    LLAMA_CPP_TEMPLATE_NAMES,
+    check_chat_formats,
+    named_template,
+    read_chat_template,
+    without_template,
+)
 from llamaserve.config.checks import LINE_BREAKS, UNSAFE_IN_NAME, Problems, config_path, path_is, read_gguf
 from llamaserve.config.discovery import discover
+from llamaserve.config.exposure import check_exposure
 from llamaserve.config.hub import HubFile, hub_ref, is_hub_ref
 from llamaserve.config.keys import DEPRECATED_KEYS, ENTRY_KEYS, LOAD_KEYS, NAME_KEYS, ROOT_KEYS, kind_problems
 from llamaserve.config.lcp import translate_lcp_config
@@ -49,8 +55,6 @@ log = logging.getLogger(__name__)
 _ENV_REF = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 # keys whose text is never interpolated: a chat template's own ${...} belongs to the template
 _VERBATIM_KEYS = frozenset({"chat_template"})
-# a chat_template_file larger than this is not a template (the largest llama.cpp ships is 30 kB)
-MAX_TEMPLATE_BYTES = 1 << 20
 _MAX_DEPTH = 64      # far beyond any real config; deeper data would overflow the recursive checks
 _MAX_VALUES = 1_000_000
 
@@ -155,7 +159,7 @@ def parse_config(data: dict, source: Path | None, base_dir: Path) -> ServerConfi
         raw = _mapping(item, f"models[{i}]", problems)
         fields = _fields(raw, ENTRY_KEYS, f"models[{i}].", problems)
         if "model" not in raw or "model" in fields:   # else its bad value is reported already
-            found.append(_entry(f"models[{i}]", {**_without_template(defaults, fields), **fields}, base_dir,
+            found.append(_entry(f"models[{i}]", {**without_template(defaults, fields), **fields}, base_dir,
                                 problems))
 
     models_dir = config_path(settings["models_dir"], base_dir) if settings.get("models_dir") else None
@@ -169,12 +173,12 @@ def parse_config(data: dict, source: Path | None, base_dir: Path) -> ServerConfi
     entries = [e for e in found if e]
     _check_names(entries, settings.get("default_model"), problems)
     check_adapter_names(entries, problems)
-    _check_chat_formats(entries, problems)
+    check_chat_formats(entries, problems)
     adapters_dirs = resolve_adapters_dirs(settings.pop("adapters_dir", None) or [],
                                           settings.get("persist_adapters", False), base_dir, problems)
     if not raw_models and not entries:
         problems.add("models", "no models configured (add a models list, or a models_dir with GGUF models)")
-    _check_keys(data, settings, problems)
+    check_exposure(data, settings, problems)
     if problems:
         raise ConfigError(list(problems))
 
@@ -185,33 +189,6 @@ def parse_config(data: dict, source: Path | None, base_dir: Path) -> ServerConfi
                     models=tuple(e for _, e in entries),
                     source=Path(os.path.normpath(source.absolute())) if source else None)
     return ServerConfig(**settings)
-
-
-def _check_keys(data: dict, settings: dict, problems: Problems) -> None:
-    """No key on a public address is refused with require_api_key, else warned about loudly; so is a key
-    that came out empty from its environment variable (the server then has none)."""
-    for key in ("api_key", "admin_key"):
-        if isinstance(data.get(key), EnvStr) and not data[key].strip():
-            log.warning("%s: %s is empty after environment interpolation: the server has no %s",
-                        problems.label, key, key.replace("_", " "))
-    host = settings.get("host", "127.0.0.1")
-    if settings.get("api_key") or is_loopback(host):
-        return
-    if settings.get("require_api_key"):
-        problems.add("api_key", f"required (require_api_key: true) to listen on {host}, a non-loopback address")
-    else:
-        log.warning("%s: listening on %s without an api_key: anyone who can reach it may use, load and unload "
-                    "every model (set api_key, or require_api_key: true to refuse this)", problems.label, host)
-
-
-def is_loopback(host: str) -> bool:
-    """Whether `host` (a name or address the server listens on) is this machine only."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def _shape_problem(data: Any) -> str | None:
@@ -314,14 +291,14 @@ def _entry(label: str, raw: dict, base_dir: Path, problems: Problems) -> tuple[s
             check_adapter_file(path, local, arch, f"{label}.{key}", problems)
     if model is None:
         return None
-    template, template_file = _chat_template(label, raw, base_dir, problems)
+    template, template_file = read_chat_template(label, raw, base_dir, problems)
     alias = raw.get("alias") or raw.get("model_alias") or (
         model.default_alias() if isinstance(model, HubFile) else model.name.removesuffix(".gguf"))
     aliases = tuple(dict.fromkeys(a for a in raw.get("aliases", ()) if a != alias))
     entry = ModelEntry(
         alias=alias, aliases=aliases, model=model, lora_adapters=adapters, adapters=declared,
         load=MappingProxyType({k: raw[k] for k in LOAD_KEYS if k in raw}),
-        chat_format=raw.get("chat_format") or _named_template(label, template, problems),
+        chat_format=raw.get("chat_format") or named_template(label, template, problems),
         chat_template=None if template in LLAMA_CPP_TEMPLATE_NAMES else template, chat_template_file=template_file,
         chat_template_kwargs=MappingProxyType(dict(raw.get("chat_template_kwargs") or {})),
         reasoning=raw.get("reasoning") or "auto", reasoning_format=raw.get("reasoning_format") or "auto",
@@ -401,68 +378,3 @@ def _check_names(entries: list[tuple[str, ModelEntry]], default_model: str | Non
             owner.setdefault(name, label)
     if default_model is not None and default_model not in owner:
         problems.add("default_model", f"no model named {default_model!r}{suggest(default_model, owner)}")
-
-
-# llama.cpp's built-in chat template names (llama-server's --chat-template NAME) -> our chat_format of
-# the same layout, or None where this server has no such built-in
-LLAMA_CPP_TEMPLATE_NAMES: dict[str, str | None] = {
-    "chatml": "chatml", "llama2": "llama-2", "llama3": "llama-3", "phi3": "phi-3", "zephyr": "zephyr",
-    "gemma": "gemma", "vicuna": "vicuna", "command-r": "command-r", **{name: None for name in (
-        "llama2-sys", "llama2-sys-bos", "llama2-sys-strip", "mistral-v1", "mistral-v3", "mistral-v3-tekken",
-        "mistral-v7", "mistral-v7-tekken", "phi4", "falcon3", "monarch", "orion", "openchat", "vicuna-orca",
-        "deepseek", "deepseek2", "deepseek3", "chatglm3", "chatglm4", "glmedge", "minicpm",
-        "exaone3", "exaone4", "rwkv-world", "granite", "gigachat", "megrez", "yandex")}}
-
-
-def _without_template(defaults: dict, entry: dict) -> dict:
-    """`defaults` less its chat template when the entry gives its own, inline or as a file."""
-    if "chat_template" in entry or "chat_template_file" in entry:
-        return {k: v for k, v in defaults.items() if k not in ("chat_template", "chat_template_file")}
-    return defaults
-
-
-def _chat_template(label: str, raw: dict, base_dir: Path, problems: Problems) -> tuple[str | None, Path | None]:
-    """The entry's chat template text and the file it came from (chat_template_file), read and checked
-    here; whether it compiles is checked where llama.cpp is at hand (llamaserve.cli.templates)."""
-    if raw.get("chat_template_file") is None:
-        return raw.get("chat_template"), None
-    key = f"{label}.chat_template_file"
-    if raw.get("chat_template") is not None:
-        problems.add(key, "give either chat_template or chat_template_file, not both")
-        return None, None
-    path = config_path(raw["chat_template_file"], base_dir)
-    try:
-        if path.stat().st_size > MAX_TEMPLATE_BYTES:
-            problems.add(key, f"{path} is larger than {MAX_TEMPLATE_BYTES >> 20} MiB: not a chat template")
-            return None, None
-        return path.read_text(encoding="utf-8"), path
-    except UnicodeDecodeError as e:
-        problems.add(key, f"{path} is not UTF-8 text ({e.reason} at byte {e.start})")
-    except OSError as e:
-        problems.add(key, f"cannot read {path}: {e.strerror or e}")
-    except ValueError:              # a NUL byte: no file system has such a name
-        problems.add(key, f"not a valid path: {raw['chat_template_file']!r}")
-    return None, None
-
-
-def _named_template(label: str, template: Any, problems: Problems) -> str | None:
-    """A chat_template that is one of llama.cpp's template names means that built-in layout (rendering
-    the name as a Jinja template would send the name itself as every prompt)."""
-    if template not in LLAMA_CPP_TEMPLATE_NAMES:
-        return None
-    ours = LLAMA_CPP_TEMPLATE_NAMES[template]
-    if ours is None:
-        problems.add(f"{label}.chat_template", f"{template!r} is a llama.cpp built-in template name this server "
-                                               f"does not have; give the Jinja template itself, or a chat_format "
-                                               f"({', '.join(sorted(TEMPLATES))})")
-    return ours
-
-
-def _check_chat_formats(entries: list[tuple[str, ModelEntry]], problems: Problems) -> None:
-    named = [(label, e.chat_format) for label, e in entries if e.chat_format]
-    if not named:
-        return
-    for label, name in named:
-        if name not in TEMPLATES:
-            problems.add(f"{label}.chat_format", f"unknown chat format {name!r}{suggest(name, TEMPLATES)}; "
-                                                 f"known: {', '.join(TEMPLATES)}")
