@@ -16,3 +16,4 @@ cdef class ChatParser:
     cdef readonly bint failed
 
     cdef void _assign_ids(self, lc.common_chat_msg & msg) except *
+    cdef list _advance(self, lc.common_chat_msg & new_msg)

@@ -244,7 +244,6 @@ cdef class ChatParser:
     def update(self, str added not None):
         """Append generated text; the deltas it adds to the message (see the class)."""
         cdef lc.common_chat_msg new_msg
-        cdef vector[lc.common_chat_msg_diff] diffs
         self.generated.append(_bytes(added))
         try:
             with nogil:
@@ -253,8 +252,12 @@ cdef class ChatParser:
             return []                   # not parseable yet: nothing to send until more text comes
         if new_msg.empty():
             return []
+        return self._advance(new_msg)
+
+    cdef list _advance(self, lc.common_chat_msg & new_msg):
+        """Make `new_msg` the message so far: its ids kept, and the deltas from the previous one."""
         self._assign_ids(new_msg)
-        diffs = lc.common_chat_msg_diff.compute_diffs(self.msg, new_msg)
+        cdef vector[lc.common_chat_msg_diff] diffs = lc.common_chat_msg_diff.compute_diffs(self.msg, new_msg)
         self.msg = new_msg
         return [_diff(d) for d in diffs]
 
@@ -262,7 +265,6 @@ cdef class ChatParser:
         """Parse the whole answer: the deltas still to send, as update() gives them. An answer that
         does not match the format is all content (`failed` is then True)."""
         cdef lc.common_chat_msg new_msg
-        cdef vector[lc.common_chat_msg_diff] diffs
         try:
             with nogil:
                 new_msg = lc.common_chat_parse(self.generated, False, self.params)
@@ -270,10 +272,7 @@ cdef class ChatParser:
             self.failed = True             # new_msg is still empty: the parse threw before assigning it
             new_msg.role = b"assistant"
             new_msg.content = self.generated
-        self._assign_ids(new_msg)
-        diffs = lc.common_chat_msg_diff.compute_diffs(self.msg, new_msg)
-        self.msg = new_msg
-        return [_diff(d) for d in diffs]
+        return self._advance(new_msg)
 
     @property
     def text(self):

@@ -163,7 +163,7 @@ cdef class Sampler:
                 llama.llama_sampler_free(stage)
                 raise
         self._add(stage, "grammar")
-        self.has_grammar = True
+        self.grammars.push_back(stage)
         self.n_vocab = model.n_vocab
         return self
 
@@ -190,19 +190,17 @@ cdef class Sampler:
             return llamacore_argmax(logits, ctx.model.n_vocab)
         with nogil:
             token = llama.llama_sampler_sample(self.chain, ctx.ptr, idx)
-        if self.has_grammar:
-            self._check_grammar()
+        if self.grammar_exhausted():
+            raise _grammar_budget_error()
         return token
 
-    cdef int _check_grammar(self) except -1:
-        cdef int i
-        for i, name in enumerate(self.stages):
-            if name == "grammar" and llama.llama_sampler_grammar_exhausted(llama.llama_sampler_chain_get(self.chain, i)):
-                raise GrammarBudgetError(
-                    f"the grammar took more than {grammar_work_limit()} steps at one token: it is too ambiguous "
-                    "to follow in bounded time (optional items inside repetitions, e.g. (\"a\"?){0,150}); "
-                    "simplify it")
-        return 0
+    cdef bint grammar_exhausted(self) noexcept nogil:
+        """Whether a grammar stage gave up its last operation past the work limit (vendor patch 0017)."""
+        cdef size_t i
+        for i in range(self.grammars.size()):
+            if llama.llama_sampler_grammar_exhausted(self.grammars[i]):
+                return True
+        return False
 
     def accept(self, int token):
         """Tell stateful stages (penalties, grammar) about a token chosen elsewhere.
@@ -270,6 +268,12 @@ def set_grammar_work_limit(int steps):
         raise ValueError("the grammar work limit is a number of steps >= 0")
     _grammar_work_limit = steps
     llama.llama_grammar_set_work_limit(steps)
+
+
+def _grammar_budget_error():
+    return GrammarBudgetError(
+        f"the grammar took more than {grammar_work_limit()} steps at one token: it is too ambiguous to follow "
+        "in bounded time (optional items inside repetitions, e.g. (\"a\"?){0,150}); simplify it")
 
 
 def _init_grammar_work_limit():

@@ -11,9 +11,7 @@ cdef class TokenLoop:
     cdef string window              # the end of the text so far, for stops spanning tokens
     cdef size_t keep                # bytes of `window` kept between tokens (longest stop - 1)
     cdef int error                  # a failed decode's return code, raised on the next run
-    cdef vector[llama.llama_sampler *] grammars     # the chain's grammar stages (owned by the chain)
 
     cdef int _loop(self, int n, vector[llama_token] * tokens, string * text, int * rc) noexcept nogil
     cdef llama_token _sample(self) noexcept nogil
     cdef bint _stopped(self) noexcept nogil
-    cdef bint _exhausted(self) noexcept nogil

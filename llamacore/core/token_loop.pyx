@@ -47,9 +47,6 @@ cdef class TokenLoop:
                 self.stops.push_back(encoded)
                 longest = max(longest, len(encoded))
         self.keep = longest - 1 if longest else 0
-        for i, name in enumerate(sampler.stages):
-            if name == "grammar":
-                self.grammars.push_back(llama.llama_sampler_chain_get(sampler.chain, i))
 
     def run(self, int n):
         """Sample up to `n` more tokens: (tokens, the UTF-8 bytes of their text). An
@@ -78,8 +75,7 @@ cdef class TokenLoop:
             self.ctx._n_outputs = 1
         if why == _GRAMMAR_EXHAUSTED:
             self.finish = "grammar"
-            raise GrammarBudgetError(f"the grammar took more than {grammar_work_limit()} steps at one token: it "
-                                     "is too ambiguous to follow in bounded time; simplify it")
+            raise _grammar_budget_error()
         if why:
             self.finish = _FINISH[why]
         return tokens, text
@@ -95,7 +91,7 @@ cdef class TokenLoop:
         cdef vector[char] big
         while n > 0:
             token = self._sample()
-            if self._exhausted():
+            if self.sampler.grammar_exhausted():
                 return _GRAMMAR_EXHAUSTED
             tokens.push_back(token)
             n -= 1
@@ -137,14 +133,6 @@ cdef class TokenLoop:
         if self.sampler.argmax_only:
             return llamacore_argmax(llama.llama_get_logits_ith(self.ctx.ptr, -1), self.ctx.model.n_vocab)
         return llama.llama_sampler_sample(self.sampler.chain, self.ctx.ptr, -1)
-
-    cdef bint _exhausted(self) noexcept nogil:
-        """Whether a grammar stage gave up its last operation past the work limit (vendor patch 0017)."""
-        cdef size_t i
-        for i in range(self.grammars.size()):
-            if llama.llama_sampler_grammar_exhausted(self.grammars[i]):
-                return True
-        return False
 
     cdef bint _stopped(self) noexcept nogil:
         """Whether the text now holds a stop string; keeps only the tail a stop could start in (a
